@@ -1,0 +1,51 @@
+//! `qosd check`: a report of what this node offers qosd: cgroup layout and mounts, kernel
+//! version, BTF, attach types, and the mode each probe will use (found by really loading and
+//! attaching it, then detaching).
+use std::fmt::Write as _;
+
+use crate::cgroup::CgroupLayout;
+use crate::probes::cpu_time::{self, CpuTimeProbe};
+use crate::probes::features::KernelFeatures;
+use crate::probes::{ProbeMode, btf::VMLINUX_BTF};
+
+/// Builds the report text. Never fails: every problem becomes a line of the report.
+#[must_use]
+pub fn report() -> String {
+    let mut out = String::new();
+    let features = KernelFeatures::detect();
+    let _ = writeln!(out, "kernel            {}", features.release);
+    let layout = CgroupLayout::detect();
+    match &layout {
+        Ok(layout) => {
+            let _ = writeln!(out, "cgroup layout     {}", layout.kind);
+            if let Some(unified) = &layout.unified {
+                let _ = writeln!(out, "  cgroup2         {}", unified.display());
+            }
+            for (controller, mount) in &layout.v1 {
+                let _ = writeln!(out, "  v1 {controller:<12} {}", mount.display());
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(out, "cgroup layout     unknown ({e})");
+        }
+    }
+    let _ = writeln!(out, "BTF               {} ({VMLINUX_BTF})", features.btf);
+    let _ = writeln!(out, "fentry            {}", features.fentry);
+    let _ = writeln!(out, "kprobes           {}", features.kprobes);
+    let _ = writeln!(out, "probes");
+    let v1_cpu = layout.as_ref().is_ok_and(CgroupLayout::uses_v1_cpu_controller);
+    let attribution = if v1_cpu { "task's v1 cpu controller cgroup" } else { "task's cgroup v2 id" };
+    match CpuTimeProbe::attach(v1_cpu) {
+        Ok(probe) => {
+            let _ = writeln!(out, "  {:<15} {:<15} sched_switch; per cgroup by {attribution}", cpu_time::PROBE_NAME, probe.mode());
+            for (mode, why) in probe.refused_modes() {
+                let _ = writeln!(out, "  {:<15} (not {}: {why})", "", mode.label());
+            }
+        }
+        Err(e) => {
+            let mode = ProbeMode::Unavailable(e.to_string());
+            let _ = writeln!(out, "  {:<15} {mode}", cpu_time::PROBE_NAME);
+        }
+    }
+    out
+}

@@ -1,0 +1,94 @@
+//! `qosd run`: wires the probes, the metrics registry and the HTTP endpoint together, and shuts
+//! them down cleanly on SIGTERM or SIGINT (programs detached, endpoint closed, exit 0).
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::cgroup::{CgroupLayout, LayoutError};
+use crate::metrics::cgroup_cpu::CgroupCpuCollector;
+use crate::metrics::server::{MetricsServer, ServerError};
+use crate::metrics::{Metrics, MetricsError};
+use crate::probes::ProbeMode;
+use crate::probes::cpu_time::{self, CpuTimeProbe};
+
+/// What `qosd run` needs.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Address of the metrics endpoint.
+    pub metrics_addr: SocketAddr,
+}
+
+/// Errors that stop the agent from starting. Probe failures are not among them: a probe the
+/// kernel refuses is reported as unavailable and the agent runs on.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("the cpu hierarchy is not mounted (no v1 cpu controller and no cgroup2)")]
+    NoCpuHierarchy,
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    #[error("installing the {signal} handler: {source}")]
+    Signal {
+        signal: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|source| DaemonError::Signal { signal: "SIGTERM", source })?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|source| DaemonError::Signal { signal: "SIGINT", source })?;
+
+    let layout = CgroupLayout::detect()?;
+    let hierarchy = layout.cpu_hierarchy().ok_or(DaemonError::NoCpuHierarchy)?.to_owned();
+    tracing::info!(layout = %layout.kind, cpu_hierarchy = %hierarchy.display(), "cgroups detected");
+
+    let metrics = Metrics::new()?;
+    let v1_cpu = layout.uses_v1_cpu_controller();
+    match tokio::task::spawn_blocking(move || CpuTimeProbe::attach(v1_cpu)).await {
+        Ok(Ok(probe)) => {
+            metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
+            let collector = CgroupCpuCollector::new(Box::new(probe), hierarchy)
+                .map_err(|source| MetricsError::Register { name: "qosd_cgroup_cpu_seconds_total", source })?;
+            metrics.register("qosd_cgroup_cpu_seconds_total", Box::new(collector))?;
+        }
+        Ok(Err(e)) => {
+            tracing::error!(probe = cpu_time::PROBE_NAME, error = %e, "probe unavailable; running without it");
+            metrics.set_probe_mode(cpu_time::PROBE_NAME, &ProbeMode::Unavailable(e.to_string()));
+        }
+        Err(e) => {
+            tracing::error!(probe = cpu_time::PROBE_NAME, error = %e, "probe loader panicked; running without it");
+            metrics.set_probe_mode(cpu_time::PROBE_NAME, &ProbeMode::Unavailable(e.to_string()));
+        }
+    }
+    let metrics = Arc::new(metrics);
+
+    let server = MetricsServer::bind(options.metrics_addr).await?;
+    if let Some(addr) = server.local_addr() {
+        tracing::info!(%addr, "serving /metrics");
+    }
+    let (stop, stopped) = watch::channel(false);
+    let serving = tokio::spawn(server.serve(metrics.clone(), stopped));
+
+    let which = tokio::select! {
+        _ = sigterm.recv() => "SIGTERM",
+        _ = sigint.recv() => "SIGINT",
+    };
+    tracing::info!(signal = which, "shutting down");
+    // Receivers only disappear when the server task has already ended.
+    let _ = stop.send(true);
+    if tokio::time::timeout(Duration::from_millis(500), serving).await.is_err() {
+        tracing::warn!("metrics endpoint did not stop within 500 ms");
+    }
+    // The last reference to the registry owns the probe; dropping it detaches the programs.
+    drop(metrics);
+    tracing::info!("programs detached; bye");
+    Ok(())
+}

@@ -1,0 +1,237 @@
+//! `qosd_cgroup_cpu_seconds_total{cgroup}` and the cpu-time probe's health series.
+//!
+//! At every scrape the collector reads the kernel counters, resolves cgroup ids to paths by
+//! walking the cpu hierarchy, drops (and removes from the kernel map) the cgroups that are
+//! gone, and never lets a series go backwards.
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
+
+use crate::cgroup::CgroupPaths;
+use crate::probes::cpu_time::{CpuTimeProbe, CpuTimeSample, PROBE_NAME};
+use qosd_common::{MAX_CGROUPS, names};
+
+/// Where the per-cgroup counters come from: the kernel probe, or a fake in tests.
+pub trait CpuTimeSource: Send {
+    /// Reads every counter.
+    fn sample(&mut self) -> Result<CpuTimeSample, String>;
+    /// Drops the counters of cgroups that no longer exist.
+    fn forget(&mut self, cgroup_ids: &[u64]);
+}
+
+impl CpuTimeSource for CpuTimeProbe {
+    fn sample(&mut self) -> Result<CpuTimeSample, String> {
+        CpuTimeProbe::sample(self).map_err(|e| e.to_string())
+    }
+
+    fn forget(&mut self, cgroup_ids: &[u64]) {
+        if let Err(e) = CpuTimeProbe::forget(self, cgroup_ids) {
+            tracing::warn!(error = %e, "removing counters of deleted cgroups");
+        }
+    }
+}
+
+struct State {
+    source: Box<dyn CpuTimeSource>,
+    hierarchy_root: PathBuf,
+    /// Last exported nanoseconds per cgroup id, so a series never decreases.
+    last: HashMap<u64, u64>,
+}
+
+/// Collects the cpu-time series at scrape time.
+pub struct CgroupCpuCollector {
+    state: Mutex<State>,
+    descs: Vec<Desc>,
+}
+
+const CPU_SECONDS: &str = "qosd_cgroup_cpu_seconds_total";
+const CPU_SECONDS_HELP: &str = "CPU time consumed by the tasks of each cgroup, counted on sched_switch by qosd's eBPF probe";
+const EVENTS: &str = "qosd_probe_events_total";
+const EVENTS_HELP: &str = "Kernel events handled by each probe";
+const DROPPED: &str = "qosd_probe_dropped_events_total";
+const DROPPED_HELP: &str = "Events a probe could not record (map full or busy, or unreadable kernel memory)";
+const MAP_ENTRIES: &str = "qosd_bpf_map_entries";
+const MAP_ENTRIES_HELP: &str = "Entries in each bounded kernel map";
+const MAP_CAPACITY: &str = "qosd_bpf_map_capacity";
+const MAP_CAPACITY_HELP: &str = "Maximum entries of each bounded kernel map";
+
+impl CgroupCpuCollector {
+    /// A collector reading `source` and resolving ids in the hierarchy mounted at `root`.
+    pub fn new(source: Box<dyn CpuTimeSource>, hierarchy_root: PathBuf) -> Result<Self, prometheus::Error> {
+        let descs = vec![
+            Desc::new(CPU_SECONDS.into(), CPU_SECONDS_HELP.into(), vec!["cgroup".into()], HashMap::new())?,
+            Desc::new(EVENTS.into(), EVENTS_HELP.into(), vec!["probe".into()], HashMap::new())?,
+            Desc::new(DROPPED.into(), DROPPED_HELP.into(), vec!["probe".into()], HashMap::new())?,
+            Desc::new(MAP_ENTRIES.into(), MAP_ENTRIES_HELP.into(), vec!["map".into()], HashMap::new())?,
+            Desc::new(MAP_CAPACITY.into(), MAP_CAPACITY_HELP.into(), vec!["map".into()], HashMap::new())?,
+        ];
+        Ok(Self {
+            state: Mutex::new(State { source, hierarchy_root, last: HashMap::new() }),
+            descs,
+        })
+    }
+}
+
+impl Collector for CgroupCpuCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let Ok(mut state) = self.state.lock() else {
+            tracing::error!("cpu-time collector state poisoned by an earlier panic");
+            return Vec::new();
+        };
+        let sample = match state.source.sample() {
+            Ok(sample) => sample,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the cpu-time probe");
+                return Vec::new();
+            }
+        };
+        let paths = match CgroupPaths::scan(&state.hierarchy_root) {
+            Ok(paths) => paths,
+            Err(e) => {
+                tracing::warn!(error = %e, "resolving cgroup ids");
+                return Vec::new();
+            }
+        };
+        let mut series = Vec::new();
+        let mut gone = Vec::new();
+        for (&id, &nanos) in &sample.nanos_by_cgroup {
+            let Some(path) = paths.path(id) else {
+                gone.push(id);
+                continue;
+            };
+            let last = state.last.entry(id).or_default();
+            *last = (*last).max(nanos);
+            #[expect(clippy::cast_precision_loss, reason = "f64 holds 2^53 ns = 104 days exactly; beyond that sub-microsecond precision is irrelevant")]
+            let seconds = *last as f64 / 1e9;
+            series.push((path.to_owned(), seconds));
+        }
+        if !gone.is_empty() {
+            tracing::debug!(count = gone.len(), "forgetting counters of removed cgroups");
+            for id in &gone {
+                state.last.remove(id);
+            }
+            state.source.forget(&gone);
+        }
+        series.sort_by(|a, b| a.0.cmp(&b.0));
+
+        #[expect(clippy::cast_precision_loss, reason = "event counts below 2^53 are exact")]
+        let f = |v: u64| v as f64;
+        vec![
+            family(CPU_SECONDS, CPU_SECONDS_HELP, MetricType::COUNTER, series.iter().map(|(p, s)| (vec![("cgroup", p.as_str())], *s))),
+            family(EVENTS, EVENTS_HELP, MetricType::COUNTER, [(vec![("probe", PROBE_NAME)], f(sample.stats.events))]),
+            family(DROPPED, DROPPED_HELP, MetricType::COUNTER, [(vec![("probe", PROBE_NAME)], f(sample.stats.dropped + sample.stats.read_errors))]),
+            family(MAP_ENTRIES, MAP_ENTRIES_HELP, MetricType::GAUGE, [(vec![("map", names::CPU_TIME_MAP)], f(sample.map_entries as u64))]),
+            family(MAP_CAPACITY, MAP_CAPACITY_HELP, MetricType::GAUGE, [(vec![("map", names::CPU_TIME_MAP)], f(u64::from(MAX_CGROUPS)))]),
+        ]
+    }
+}
+
+fn family<'a>(
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    series: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, f64)>,
+) -> MetricFamily {
+    let mut fam = MetricFamily::default();
+    fam.set_name(name.to_owned());
+    fam.set_help(help.to_owned());
+    fam.set_field_type(kind);
+    let metrics = series
+        .into_iter()
+        .map(|(labels, value)| {
+            let mut m = proto::Metric::default();
+            m.set_label(
+                labels
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let mut l = LabelPair::default();
+                        l.set_name(k.to_owned());
+                        l.set_value(v.to_owned());
+                        l
+                    })
+                    .collect(),
+            );
+            if kind == MetricType::COUNTER {
+                let mut c = proto::Counter::default();
+                c.set_value(value);
+                m.set_counter(c);
+            } else {
+                let mut g = proto::Gauge::default();
+                g.set_value(value);
+                m.set_gauge(g);
+            }
+            m
+        })
+        .collect();
+    fam.set_metric(metrics);
+    fam
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt as _;
+    use std::sync::{Arc, Mutex as StdMutex};
+
+    use super::*;
+    use crate::metrics::Metrics;
+
+    /// Returns scripted samples and records what it was told to forget.
+    struct FakeSource {
+        samples: Vec<HashMap<u64, u64>>,
+        forgotten: Arc<StdMutex<Vec<u64>>>,
+    }
+
+    impl CpuTimeSource for FakeSource {
+        fn sample(&mut self) -> Result<CpuTimeSample, String> {
+            let nanos_by_cgroup = if self.samples.len() > 1 { self.samples.remove(0) } else { self.samples[0].clone() };
+            Ok(CpuTimeSample { map_entries: nanos_by_cgroup.len(), nanos_by_cgroup, stats: qosd_common::ProbeStats { events: 7, read_errors: 1, dropped: 2 } })
+        }
+        fn forget(&mut self, ids: &[u64]) {
+            self.forgotten.lock().expect("lock").extend_from_slice(ids);
+        }
+    }
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn series_are_labelled_by_path_monotonic_and_pruned() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(root.path().join("pod/ctr")).expect("mkdir");
+        let ino = |p: &str| std::fs::metadata(root.path().join(p)).expect("stat").ino();
+        let (pod, ctr) = (ino("pod"), ino("pod/ctr"));
+        let deleted = u64::MAX - 1;
+        let forgotten = Arc::new(StdMutex::new(Vec::new()));
+        let source = FakeSource {
+            samples: vec![
+                HashMap::from([(pod, 1_500_000_000), (ctr, 250_000_000), (deleted, 9)]),
+                // The running-slice estimate can trail a completed charge by a little.
+                HashMap::from([(pod, 1_400_000_000), (ctr, 500_000_000)]),
+            ],
+            forgotten: forgotten.clone(),
+        };
+        let metrics = Metrics::new().expect("registry");
+        let collector = CgroupCpuCollector::new(Box::new(source), root.path().to_owned()).expect("collector");
+        metrics.register("cgroup_cpu", Box::new(collector)).expect("register");
+
+        let first = metrics.render();
+        assert_eq!(line(&first, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"}"), Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"} 1.5"), "{first}");
+        assert_eq!(line(&first, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"}"), Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"} 0.25"));
+        assert_eq!(forgotten.lock().expect("lock").as_slice(), &[deleted], "ids without a cgroup are removed from the kernel map");
+        assert!(first.contains("# TYPE qosd_cgroup_cpu_seconds_total counter"));
+        assert!(first.contains("qosd_probe_dropped_events_total{probe=\"cpu_time\"} 3"), "{first}");
+        assert!(first.contains("qosd_bpf_map_capacity{map=\"CGROUP_CPU_NS\"} 16384"), "{first}");
+
+        let second = metrics.render();
+        assert_eq!(line(&second, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"}"), Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"} 1.5"), "never decreases: {second}");
+        assert_eq!(line(&second, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"}"), Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"} 0.5"));
+    }
+}

@@ -1,0 +1,186 @@
+//! Reads the kernel struct field offsets the programs need from the running kernel's BTF
+//! (`/sys/kernel/btf/vmlinux`), so one compiled object works on every kernel.
+use std::path::{Path, PathBuf};
+
+use btf_rs::{Btf, Type};
+use qosd_common::{KernelOffsets, cgroup_mode};
+
+/// The kernel's own BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Errors while reading offsets from BTF.
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    #[error("reading BTF from {path}: {source}")]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: btf_rs::Error,
+    },
+    #[error("BTF has no struct {0}")]
+    NoStruct(String),
+    #[error("BTF struct {strukt} has no member {member}")]
+    NoMember { strukt: String, member: String },
+    #[error("BTF member {strukt}.{member} is a bitfield")]
+    Bitfield { strukt: String, member: String },
+    #[error("BTF has no enumerator {0}")]
+    NoEnumerator(String),
+    #[error("BTF lookup failed: {0}")]
+    Lookup(#[source] btf_rs::Error),
+}
+
+/// A parsed BTF blob with offset lookups.
+pub struct KernelBtf {
+    btf: Btf,
+}
+
+impl KernelBtf {
+    /// Parses the running kernel's BTF.
+    pub fn from_running_kernel() -> Result<Self, BtfError> {
+        Self::from_file(Path::new(VMLINUX_BTF))
+    }
+
+    /// Parses a raw BTF file.
+    pub fn from_file(path: &Path) -> Result<Self, BtfError> {
+        let btf = Btf::from_file(path).map_err(|source| BtfError::Load {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Self { btf })
+    }
+
+    /// Byte offset of `member` in `struct strukt`, looking through anonymous structs and unions.
+    pub fn member_offset(&self, strukt: &str, member: &str) -> Result<u32, BtfError> {
+        let types = self
+            .btf
+            .resolve_types_by_name(strukt)
+            .map_err(|_| BtfError::NoStruct(strukt.to_owned()))?;
+        for ty in types {
+            if let Type::Struct(s) = ty {
+                if let Some(bits) = self.find_member(&s, member, strukt)? {
+                    return Ok(bits / 8);
+                }
+                return Err(BtfError::NoMember {
+                    strukt: strukt.to_owned(),
+                    member: member.to_owned(),
+                });
+            }
+        }
+        Err(BtfError::NoStruct(strukt.to_owned()))
+    }
+
+    /// Bit offset of `member` inside `s`, recursing into anonymous members.
+    fn find_member(
+        &self,
+        s: &btf_rs::Struct,
+        member: &str,
+        strukt: &str,
+    ) -> Result<Option<u32>, BtfError> {
+        for m in &s.members {
+            let name = self.btf.resolve_name(m).unwrap_or_default();
+            if name == member {
+                if m.bitfield_size().is_some_and(|size| size != 0) {
+                    return Err(BtfError::Bitfield {
+                        strukt: strukt.to_owned(),
+                        member: member.to_owned(),
+                    });
+                }
+                return Ok(Some(m.bit_offset()));
+            }
+            if name.is_empty() {
+                let inner = self.btf.resolve_chained_type(m).map_err(BtfError::Lookup)?;
+                if let Type::Struct(inner) | Type::Union(inner) = inner
+                    && let Some(bits) = self.find_member(&inner, member, strukt)?
+                {
+                    return Ok(Some(m.bit_offset() + bits));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Value of `enumerator` in `enum name` (e.g. `cpu_cgrp_id` in `cgroup_subsys_id`).
+    pub fn enumerator(&self, name: &str, enumerator: &str) -> Result<u32, BtfError> {
+        let types = self
+            .btf
+            .resolve_types_by_name(name)
+            .map_err(|_| BtfError::NoEnumerator(format!("{name}::{enumerator}")))?;
+        for ty in types {
+            if let Type::Enum(e) = ty {
+                for m in &e.members {
+                    if self.btf.resolve_name(m).is_ok_and(|n| n == enumerator) {
+                        return Ok(m.val());
+                    }
+                }
+            }
+        }
+        Err(BtfError::NoEnumerator(format!("{name}::{enumerator}")))
+    }
+
+    /// Offsets for the task -> cgroup id walk. `v1_cpu` selects the v1 cpu controller's css
+    /// instead of the default (v2) hierarchy.
+    pub fn kernel_offsets(&self, v1_cpu: bool) -> Result<KernelOffsets, BtfError> {
+        let pointer_size = 8;
+        let css_set_subsys = self.member_offset("css_set", "subsys")?;
+        let css_set_cpu_css = if v1_cpu {
+            css_set_subsys + pointer_size * self.enumerator("cgroup_subsys_id", "cpu_cgrp_id")?
+        } else {
+            0
+        };
+        Ok(KernelOffsets {
+            task_pid: self.member_offset("task_struct", "pid")?,
+            task_cgroups: self.member_offset("task_struct", "cgroups")?,
+            css_set_dfl_cgrp: self.member_offset("css_set", "dfl_cgrp")?,
+            css_set_cpu_css,
+            css_cgroup: self.member_offset("cgroup_subsys_state", "cgroup")?,
+            cgroup_kn: self.member_offset("cgroup", "kn")?,
+            kernfs_node_id: self.member_offset("kernfs_node", "id")?,
+            cgroup_mode: if v1_cpu {
+                cgroup_mode::V1_CPU
+            } else {
+                cgroup_mode::UNIFIED
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The unit tier runs on development machines and CI alike, which all expose BTF; a machine
+    /// without it fails these tests with the reason rather than passing them silently.
+    fn running_kernel() -> KernelBtf {
+        KernelBtf::from_running_kernel()
+            .unwrap_or_else(|err| panic!("this test needs {VMLINUX_BTF}: {err}"))
+    }
+
+    #[test]
+    fn task_struct_offsets_are_found_and_distinct() {
+        let btf = running_kernel();
+        let off = btf.kernel_offsets(true).expect("offsets");
+        assert_ne!(off.task_pid, off.task_cgroups);
+        assert!(off.task_cgroups > 0, "cgroups is not the first task_struct field");
+        // css_set.subsys[] begins the struct; the cpu controller's slot is a pointer further on.
+        assert_eq!(off.css_set_cpu_css % 8, 0);
+        assert!(off.css_set_cpu_css > 0);
+        assert_eq!(off.cgroup_mode, cgroup_mode::V1_CPU);
+    }
+
+    #[test]
+    fn anonymous_members_are_searched() {
+        let btf = running_kernel();
+        // Since 5.x `struct page` keeps `lru` inside anonymous unions/structs.
+        let off = btf.member_offset("page", "lru").expect("page.lru");
+        assert_eq!(off, 8, "page.lru follows the flags word");
+    }
+
+    #[test]
+    fn unknown_names_are_errors_naming_them() {
+        let btf = running_kernel();
+        let err = btf.member_offset("task_struct", "no_such_field").expect_err("no field");
+        assert!(err.to_string().contains("no_such_field"), "{err}");
+        let err = btf.enumerator("cgroup_subsys_id", "no_such_enumerator").expect_err("no enumerator");
+        assert!(err.to_string().contains("no_such_enumerator"), "{err}");
+    }
+}

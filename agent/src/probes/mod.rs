@@ -1,0 +1,69 @@
+//! Kernel programs: loading the embedded object, choosing each probe's attach mode, reading
+//! its maps into per-cgroup samples.
+//!
+//! - [`btf`]: struct offsets from the running kernel's BTF.
+//! - [`features`]: what the kernel offers (version, BTF, fentry, kprobes) for `qosd check`.
+//! - [`cpu_time`]: on-CPU time per cgroup from sched_switch.
+pub mod btf;
+pub mod cpu_time;
+pub mod features;
+
+use std::fmt;
+
+/// The kernel object built from `ebpf/` by `agent/build.rs`, embedded in the binary.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/qosd"));
+
+/// How a probe is attached, or why it is not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// BTF-typed raw tracepoint.
+    TpBtf,
+    /// Raw tracepoint (untyped arguments).
+    RawTracepoint,
+    /// Classic perf tracepoint.
+    Tracepoint,
+    /// fentry/fexit trampoline.
+    Fentry,
+    /// No mode could be attached; the kernel's reason.
+    Unavailable(String),
+}
+
+impl ProbeMode {
+    /// The `mode` label value.
+    #[must_use]
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::TpBtf => "tp_btf",
+            Self::RawTracepoint => "raw_tracepoint",
+            Self::Tracepoint => "tracepoint",
+            Self::Fentry => "fentry",
+            Self::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+impl fmt::Display for ProbeMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unavailable(reason) => write!(f, "unavailable ({reason})"),
+            other => f.write_str(other.label()),
+        }
+    }
+}
+
+/// Renders an error with its whole source chain on one line (aya's top-level messages, such as
+/// "the BPF_PROG_LOAD syscall failed", keep the errno in the source).
+#[must_use]
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

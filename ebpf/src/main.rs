@@ -1,0 +1,163 @@
+//! qosd's kernel programs.
+//!
+//! `cpu_time_*`: on every sched_switch, charge the time since the previous switch on this CPU to
+//! the current cgroup of the task switched out, and note the cgroup of the task switched in
+//! (user space adds the slice in progress to its readings).
+//! Two flavours of the same handler exist so user space can pick what the kernel allows:
+//! `tp_btf` (BTF-typed raw tracepoint) and `raw_tp`. Both read the task's cgroup id by
+//! following field offsets that user space read from the running kernel's BTF
+//! ([`KernelOffsets`]), so this one object serves every supported kernel.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{btf_tracepoint, map, raw_tracepoint},
+    maps::{PerCpuArray, PerCpuHashMap},
+    programs::{BtfTracePointContext, RawTracePointContext},
+};
+use qosd_common::{KernelOffsets, MAX_CGROUPS, ProbeStats, RunningTask, cgroup_mode};
+
+/// Field offsets, written by user space before load (see `qosd::probes::btf`).
+#[unsafe(no_mangle)]
+static QOSD_OFFSETS: KernelOffsets = KernelOffsets {
+    task_pid: 0,
+    task_cgroups: 0,
+    css_set_dfl_cgrp: 0,
+    css_set_cpu_css: 0,
+    css_cgroup: 0,
+    cgroup_kn: 0,
+    kernfs_node_id: 0,
+    cgroup_mode: 0,
+};
+
+/// cgroup id -> nanoseconds on CPU, one counter per CPU (no shared atomics on sched_switch).
+#[map]
+static CGROUP_CPU_NS: PerCpuHashMap<u64, u64> = PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+
+/// The task each CPU is running: its cgroup and since when.
+#[map]
+static RUNNING: PerCpuArray<RunningTask> = PerCpuArray::with_max_entries(1, 0);
+
+/// Health counters, one set per CPU.
+#[map]
+static CPU_TIME_STATS: PerCpuArray<ProbeStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// `BPF_ANY`: create or update. For per-CPU hashes an update from a program touches only the
+/// current CPU's slot, so a racing insert from another CPU cannot lose time.
+const BPF_ANY: u64 = 0;
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn cpu_time_tp_btf(ctx: BtfTracePointContext) -> i32 {
+    // sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...)
+    let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
+    on_switch(prev, next);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn cpu_time_raw_tp(ctx: RawTracePointContext) -> i32 {
+    let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
+    on_switch(prev, next);
+    0
+}
+
+#[inline(always)]
+fn offsets() -> KernelOffsets {
+    // SAFETY: QOSD_OFFSETS is a plain-data static; the volatile read stops the compiler from
+    // folding the zero initialiser that user space overwrites at load time.
+    unsafe { core::ptr::read_volatile(&QOSD_OFFSETS) }
+}
+
+/// Charges the slice that just ended to `prev`'s cgroup as it is now (a task that moved
+/// itself into a cgroup while running is charged to the new one, as the kernel does), then
+/// starts timing `next`.
+#[inline(always)]
+fn on_switch(prev: *const u8, next: *const u8) {
+    // SAFETY: bpf_ktime_get_ns has no preconditions; it reads CLOCK_MONOTONIC.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(stats) = CPU_TIME_STATS.get_ptr_mut(0) else {
+        return;
+    };
+    let Some(running) = RUNNING.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: both pointers come from per-CPU array lookups that succeeded; the program runs
+    // with preemption disabled, so nothing else touches this CPU's slots meanwhile.
+    let (stats, running) = unsafe { (&mut *stats, &mut *running) };
+    stats.events += 1;
+
+    let off = offsets();
+    if off.cgroup_mode == 0 {
+        return;
+    }
+
+    if running.since_ns != 0 && now > running.since_ns {
+        match task_cgroup_id(prev, &off) {
+            Ok(0) => {}
+            Ok(prev_cgroup) => charge(prev_cgroup, now - running.since_ns, stats),
+            Err(()) => stats.read_errors += 1,
+        }
+    }
+
+    running.since_ns = now;
+    // Only used by user space to add the slice in progress to its reading.
+    running.cgroup_id = match task_cgroup_id(next, &off) {
+        Ok(id) => id,
+        Err(()) => {
+            stats.read_errors += 1;
+            0
+        }
+    };
+}
+
+#[inline(always)]
+fn charge(cgroup_id: u64, delta_ns: u64, stats: &mut ProbeStats) {
+    if let Some(total) = CGROUP_CPU_NS.get_ptr_mut(cgroup_id) {
+        // SAFETY: the pointer is this CPU's slot of an existing element; per-CPU slots are
+        // only written by this CPU with preemption disabled.
+        unsafe { *total += delta_ns };
+    } else if CGROUP_CPU_NS.insert(cgroup_id, delta_ns, BPF_ANY).is_err() {
+        stats.dropped += 1;
+    }
+}
+
+/// The cgroup id of `task`, or 0 for the idle task (pid 0), which belongs to no workload.
+#[inline(always)]
+fn task_cgroup_id(task: *const u8, off: &KernelOffsets) -> Result<u64, ()> {
+    let pid: i32 = read_at(task, off.task_pid)?;
+    if pid == 0 {
+        return Ok(0);
+    }
+    let css_set: *const u8 = read_at(task, off.task_cgroups)?;
+    let cgroup: *const u8 = if off.cgroup_mode == cgroup_mode::V1_CPU {
+        let css: *const u8 = read_at(css_set, off.css_set_cpu_css)?;
+        read_at(css, off.css_cgroup)?
+    } else {
+        read_at(css_set, off.css_set_dfl_cgrp)?
+    };
+    let kn: *const u8 = read_at(cgroup, off.cgroup_kn)?;
+    read_at(kn, off.kernfs_node_id)
+}
+
+#[inline(always)]
+fn read_at<T>(base: *const u8, offset: u32) -> Result<T, ()> {
+    if base.is_null() {
+        return Err(());
+    }
+    // SAFETY: bpf_probe_read_kernel copies from kernel memory and reports a fault as an error
+    // instead of dereferencing; `base + offset` is never dereferenced directly.
+    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.map_err(|_| ())
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,126 @@
+//! Drives a real `qosd run` process: start it on a free port, wait until it serves, scrape
+//! `/metrics`, stop it with a signal. Killed on drop if a case ends early.
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running agent.
+pub struct Agent {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+}
+
+impl Agent {
+    /// Starts `qosd run` and waits up to `ready_within` for `/healthz`.
+    pub fn start(qosd: &Path, ready_within: Duration) -> Result<Self, String> {
+        let addr = free_port()?;
+        let child = Command::new(qosd)
+            .args(["run", "--metrics-addr", &addr.to_string()])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", qosd.display()))?;
+        let mut agent = Self { child: Some(child), addr };
+        let deadline = Instant::now() + ready_within;
+        loop {
+            if http_get(addr, "/healthz").is_ok_and(|body| body == "ok\n") {
+                return Ok(agent);
+            }
+            if let Some(child) = agent.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(format!("qosd exited before serving: {status}"));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("qosd did not serve /healthz on {addr} within {ready_within:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The body of `/metrics`.
+    pub fn scrape(&self) -> Result<String, String> {
+        http_get(self.addr, "/metrics")
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` and waits up to `within` for the exit; returns the status and how long
+    /// the agent took.
+    pub fn stop(&mut self, signal: i32, within: Duration) -> Result<(ExitStatus, Duration), String> {
+        let mut child = self.child.take().ok_or("agent already stopped")?;
+        let pid = i32::try_from(child.id()).map_err(|e| e.to_string())?;
+        let sent = Instant::now();
+        // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            return Err(format!("kill: {}", std::io::Error::last_os_error()));
+        }
+        loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                return Ok((status, sent.elapsed()));
+            }
+            if sent.elapsed() > within {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("qosd still running {within:?} after signal {signal}; killed"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> Result<SocketAddr, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
+    listener.local_addr().map_err(|e| e.to_string())
+}
+
+/// A minimal HTTP/1.1 GET returning the body of a 200 response.
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(|e| e.to_string())?;
+    let (head, body) = response.split_once("\r\n\r\n").ok_or("malformed HTTP response")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("GET {path}: {}", head.lines().next().unwrap_or_default()));
+    }
+    Ok(body.to_owned())
+}
+
+/// The value of the sample `name{labels}` in a Prometheus text exposition, where `labels`
+/// is the exact label set as qosd renders it (sorted, `k="v"` joined by commas).
+pub fn sample_value(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let key = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_value_matches_the_exact_label_set() {
+        let text = "a{cgroup=\"/x\"} 1.5\na{cgroup=\"/x/y\"} 2\n";
+        assert_eq!(sample_value(text, "a", "cgroup=\"/x\""), Some(1.5));
+        assert_eq!(sample_value(text, "a", "cgroup=\"/x/y\""), Some(2.0));
+        assert_eq!(sample_value(text, "a", "cgroup=\"/z\""), None);
+    }
+}

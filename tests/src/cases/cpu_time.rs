@@ -1,0 +1,60 @@
+//! qosd's per-cgroup CPU seconds against the kernel's own accounting (`cpuacct.usage` on v1,
+//! `cpu.stat` `usage_usec` on v2).
+use std::time::Duration;
+
+use crate::agent::{Agent, sample_value};
+use crate::cgroup_fixture::TestCgroups;
+use crate::harness::{Context, Outcome, fail};
+
+const METRIC: &str = "qosd_cgroup_cpu_seconds_total";
+/// Allowed relative difference between qosd and the kernel.
+const TOLERANCE: f64 = 0.05;
+/// How long the busy workload spins.
+const BUSY_SECONDS: &str = "3";
+
+/// A busy and an idle cgroup side by side: the busy one's CPU seconds agree with the kernel
+/// within 5 %, the idle one stays near zero in both.
+pub fn matches_kernel_accounting(ctx: &Context) -> Outcome {
+    match run(ctx) {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(e) => fail(e),
+    }
+}
+
+fn run(ctx: &Context) -> Result<String, String> {
+    let agent = Agent::start(&ctx.qosd, Duration::from_secs(60))?;
+    let mut cgroups = TestCgroups::create("qosd-systest-cpu")?;
+    cgroups.mkdir("busy")?;
+    cgroups.mkdir("idle")?;
+    let self_exe = ctx.self_exe.clone();
+    cgroups.spawn_in("busy", &self_exe, &["spin", BUSY_SECONDS])?;
+    cgroups.spawn_in("idle", &self_exe, &["sleep", BUSY_SECONDS])?;
+    cgroups.wait_all()?;
+
+    let text = agent.scrape()?;
+    let value = |child: &str| {
+        let labels = format!("cgroup=\"{}\"", cgroups.label(child));
+        sample_value(&text, METRIC, &labels)
+    };
+    let busy_qosd = value("busy").ok_or_else(|| format!("no {METRIC} for {}", cgroups.label("busy")))?;
+    let busy_kernel = cgroups.kernel_cpu_seconds("busy")?;
+    let idle_qosd = value("idle").unwrap_or(0.0);
+    let idle_kernel = cgroups.kernel_cpu_seconds("idle")?;
+    let source = cgroups.accounting_source();
+
+    if busy_kernel < 0.5 {
+        return Err(format!("the busy workload got only {busy_kernel:.3}s of CPU by {source}; the test cannot judge"));
+    }
+    let relative = (busy_qosd - busy_kernel).abs() / busy_kernel;
+    let summary = format!(
+        "busy: qosd {busy_qosd:.4}s vs {source} {busy_kernel:.4}s ({:.2}% apart); idle: qosd {idle_qosd:.4}s vs {idle_kernel:.4}s",
+        relative * 100.0
+    );
+    if relative > TOLERANCE {
+        return Err(format!("{summary}: more than {:.0}% apart", TOLERANCE * 100.0));
+    }
+    if idle_qosd > 0.05 || (idle_qosd - idle_kernel).abs() > 0.05 {
+        return Err(format!("{summary}: the idle cgroup was charged CPU it did not use"));
+    }
+    Ok(summary)
+}

@@ -1,0 +1,144 @@
+//! Start-up report, info metrics, and clean shutdown of a real `qosd` process.
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::agent::{Agent, sample_value};
+use crate::harness::{Context, Outcome, fail};
+
+/// Kernel program names of the cpu-time probe (BPF names are cut at 15 characters).
+const PROGRAM_NAMES: [&str; 2] = ["cpu_time_tp_btf", "cpu_time_raw_tp"];
+const ATTACH_MODES: [&str; 2] = ["tp_btf", "raw_tracepoint"];
+
+/// `qosd check` names the running kernel, the cgroup layout (judged here from the mount table
+/// independently of qosd's parser), BTF, and a working mode for the cpu_time probe.
+pub fn check_report(ctx: &Context) -> Outcome {
+    let output = match Command::new(&ctx.qosd).arg("check").output() {
+        Ok(output) => output,
+        Err(e) => return fail(format!("running qosd check: {e}")),
+    };
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        return fail(format!("qosd check exited {}: {report}", output.status));
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let expected_layout = layout_from_mounts();
+    let btf = if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() { "yes" } else { "no" };
+    let mut problems = Vec::new();
+    if !report.contains(&format!("kernel            {}", release.trim())) {
+        problems.push(format!("kernel release {} missing", release.trim()));
+    }
+    if !report.contains(&format!("cgroup layout     {expected_layout}\n")) {
+        problems.push(format!("layout {expected_layout} missing"));
+    }
+    if !report.contains(&format!("BTF               {btf}")) {
+        problems.push(format!("BTF {btf} missing"));
+    }
+    let mode = report
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("cpu_time"))
+        .map(|rest| rest.split_whitespace().next().unwrap_or_default().to_owned());
+    match mode.as_deref() {
+        Some(m) if ATTACH_MODES.contains(&m) => {}
+        other => problems.push(format!("cpu_time mode is {other:?}, expected one of {ATTACH_MODES:?}")),
+    }
+    for feature in ["fentry ", "kprobes "] {
+        if !report.lines().any(|l| l.starts_with(feature) && (l.contains(" yes") || l.contains(" no ("))) {
+            problems.push(format!("no {feature}line with yes or no (reason)"));
+        }
+    }
+    if problems.is_empty() {
+        Outcome::Pass(format!("layout {expected_layout}, cpu_time {}", mode.unwrap_or_default()))
+    } else {
+        fail(format!("{}\n--- report ---\n{report}", problems.join("; ")))
+    }
+}
+
+/// v2 when only cgroup2 is mounted, hybrid when both kinds are, v1 when only v1 is.
+fn layout_from_mounts() -> &'static str {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let has = |fstype: &str| mounts.lines().any(|l| l.split_whitespace().nth(2) == Some(fstype));
+    match (has("cgroup"), has("cgroup2")) {
+        (true, true) => "hybrid",
+        (true, false) => "v1",
+        (false, _) => "v2",
+    }
+}
+
+/// `/metrics` carries `qosd_build_info{version}` and `qosd_probe_info{probe="cpu_time",mode}`.
+pub fn metrics_info(ctx: &Context) -> Outcome {
+    let agent = match Agent::start(&ctx.qosd, Duration::from_secs(60)) {
+        Ok(agent) => agent,
+        Err(e) => return fail(e),
+    };
+    let text = match agent.scrape() {
+        Ok(text) => text,
+        Err(e) => return fail(e),
+    };
+    if !text.lines().any(|l| l.starts_with("qosd_build_info{version=\"") && l.ends_with("} 1")) {
+        return fail(format!("no qosd_build_info in\n{text}"));
+    }
+    let live: Vec<_> = ATTACH_MODES
+        .iter()
+        .filter(|m| sample_value(&text, "qosd_probe_info", &format!("mode=\"{m}\",probe=\"cpu_time\"")) == Some(1.0))
+        .collect();
+    match live.as_slice() {
+        [mode] => Outcome::Pass(format!("cpu_time mode {mode}")),
+        _ => fail(format!("expected exactly one live cpu_time mode, found {live:?} in\n{text}")),
+    }
+}
+
+pub fn sigterm_detaches(ctx: &Context) -> Outcome {
+    detaches_on(ctx, libc::SIGTERM, "SIGTERM")
+}
+
+pub fn sigint_detaches(ctx: &Context) -> Outcome {
+    detaches_on(ctx, libc::SIGINT, "SIGINT")
+}
+
+/// After `signal`, qosd exits 0 within a second and the programs it loaded leave the kernel.
+/// Programs are told apart by id, so a program of an earlier agent still being released by
+/// the kernel does not confuse the count.
+fn detaches_on(ctx: &Context, signal: i32, name: &str) -> Outcome {
+    match detaches(ctx, signal, name) {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(e) => fail(e),
+    }
+}
+
+fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
+    let before = probe_programs()?;
+    let mut agent = Agent::start(&ctx.qosd, Duration::from_secs(60))?;
+    let ours: BTreeSet<u32> = probe_programs()?.difference(&before).copied().collect();
+    if ours.is_empty() {
+        return Err(format!("qosd (pid {:?}) loaded no cpu_time program", agent.pid()));
+    }
+    let (status, took) = agent.stop(signal, Duration::from_secs(5))?;
+    // The kernel frees a program when its last link and fd are released, which it may finish
+    // in a work item shortly after the process has exited.
+    let released_by = Instant::now() + Duration::from_secs(3);
+    let left = loop {
+        let left: Vec<u32> = probe_programs()?.intersection(&ours).copied().collect();
+        if left.is_empty() || Instant::now() > released_by {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let detail = format!("{name}: exit {status} after {} ms; programs {ours:?} loaded, {left:?} left", took.as_millis());
+    if !status.success() || took > Duration::from_secs(1) || !left.is_empty() {
+        return Err(detail);
+    }
+    Ok(detail)
+}
+
+/// Ids of the cpu-time programs loaded in the kernel right now (by anyone).
+fn probe_programs() -> Result<BTreeSet<u32>, String> {
+    let mut ids = BTreeSet::new();
+    for info in aya::programs::loaded_programs() {
+        let info = info.map_err(|e| format!("listing BPF programs: {e}"))?;
+        if info.name_as_str().is_some_and(|n| PROGRAM_NAMES.contains(&n)) {
+            ids.insert(info.id());
+        }
+    }
+    Ok(ids)
+}

@@ -1,0 +1,73 @@
+//! A small test runner that can say "skipped, because…": each case returns an [`Outcome`];
+//! the runner prints one `RESULT` line per case and a closing `N passed, N failed, N skipped`.
+//! libtest has no runtime skip, and a skip must never be counted as a pass.
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Instant;
+
+/// What a case concluded.
+#[derive(Debug)]
+pub enum Outcome {
+    Pass(String),
+    Fail(String),
+    Skip(String),
+}
+
+/// Shorthand for a failing outcome from any displayable error.
+pub fn fail(detail: impl std::fmt::Display) -> Outcome {
+    Outcome::Fail(detail.to_string())
+}
+
+/// A named case.
+pub struct Case {
+    pub name: &'static str,
+    pub run: fn(&Context) -> Outcome,
+}
+
+/// What every case may use.
+pub struct Context {
+    /// The qosd binary under test.
+    pub qosd: std::path::PathBuf,
+    /// This binary, re-executed as a workload (`spin`, `sleep`).
+    pub self_exe: std::path::PathBuf,
+    /// When set, every case is reported as skipped for this reason instead of run.
+    pub skip_all: Option<String>,
+}
+
+/// Runs the cases whose name contains `filter`, prints results; returns the failure count.
+pub fn run_all(cases: &[Case], ctx: &Context, filter: Option<&str>) -> usize {
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for case in cases.iter().filter(|c| filter.is_none_or(|f| c.name.contains(f))) {
+        let started = Instant::now();
+        println!("RUN    {}", case.name);
+        let outcome = if let Some(reason) = &ctx.skip_all {
+            Outcome::Skip(reason.clone())
+        } else {
+            catch_unwind(AssertUnwindSafe(|| (case.run)(ctx))).unwrap_or_else(|panic| {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                Outcome::Fail(format!("panicked: {msg}"))
+            })
+        };
+        let secs = started.elapsed().as_secs_f64();
+        let (word, detail) = match &outcome {
+            Outcome::Pass(d) => {
+                passed += 1;
+                ("PASS", d)
+            }
+            Outcome::Fail(d) => {
+                failed += 1;
+                ("FAIL", d)
+            }
+            Outcome::Skip(d) => {
+                skipped += 1;
+                ("SKIP", d)
+            }
+        };
+        println!("RESULT {} {word} ({secs:.1}s) {detail}", case.name);
+    }
+    println!("{passed} passed, {failed} failed, {skipped} skipped");
+    failed
+}

@@ -1,0 +1,77 @@
+//! qosd's privileged system tests.
+//!
+//! `qosd-systests [--qosd PATH] [FILTER]` runs every case (or those whose name contains
+//! FILTER) against a real `qosd` binary (default: `qosd` next to this binary), prints a
+//! `RESULT` line per case and a closing `N passed, N failed, N skipped`, and exits non-zero
+//! if any case failed. `cargo xtask test` runs it on the host and inside each guest kernel.
+//! Without root every case is reported as skipped, with that reason.
+//!
+//! The binary doubles as the test workloads: `qosd-systests spin SECS` burns one CPU for
+//! SECS seconds; `qosd-systests sleep SECS` sleeps.
+mod agent;
+mod cases;
+mod cgroup_fixture;
+mod harness;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("spin") => return workload(&args, true),
+        Some("sleep") => return workload(&args, false),
+        _ => {}
+    }
+    let Ok(self_exe) = std::env::current_exe() else {
+        eprintln!("cannot find this executable's path");
+        return ExitCode::FAILURE;
+    };
+    let mut qosd = self_exe.with_file_name("qosd");
+    let mut filter = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--qosd" => match rest.next() {
+                Some(path) => qosd = PathBuf::from(path),
+                None => {
+                    eprintln!("--qosd needs a path");
+                    return ExitCode::FAILURE;
+                }
+            },
+            other => filter = Some(other.to_owned()),
+        }
+    }
+    let cases = cases::all();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let skip_all = (!is_root).then(|| "needs root: loads eBPF programs and creates cgroups".to_owned());
+    let ctx = harness::Context { qosd, self_exe, skip_all };
+    if harness::run_all(&cases, &ctx, filter.as_deref()) == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The workloads the cases place in cgroups.
+fn workload(args: &[String], busy: bool) -> ExitCode {
+    let Some(seconds) = args.get(1).and_then(|s| s.parse::<f64>().ok()) else {
+        eprintln!("usage: qosd-systests spin|sleep SECONDS");
+        return ExitCode::FAILURE;
+    };
+    let duration = Duration::from_secs_f64(seconds);
+    if busy {
+        let start = Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < duration {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+            }
+        }
+    } else {
+        std::thread::sleep(duration);
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,120 @@
+//! Guest VMs for the kernels the host cannot give.
+//!
+//! The VM harness owns everything between "run this command on kernel X" and "here is what the
+//! guest printed and how it ended":
+//!
+//! - [`apt`]: a private apt configuration under the cache, never touching the host's;
+//! - [`kernels`]: fetching Debian cloud kernels (5.10, 6.1, 6.12) into the cache with a private
+//!   apt setup, and reading a kernel image's release string;
+//! - [`initramfs`]: the guest's root file system (busybox, `/init`, payload files and their
+//!   shared libraries) packed as a newc cpio archive;
+//! - [`qemu`]: booting the guest under TCG with two NUMA nodes, capturing the serial console and
+//!   classifying how the run ended.
+//!
+//! The cache layout (`$QOSD_CACHE`, default `$HOME/.cache/qosd`):
+//! `apt/` (private apt configuration, indexes and downloads) and `kernels/<series>/vmlinuz`.
+//! Delete `kernels/` to pick up newer kernel packages.
+
+mod apt;
+mod initramfs;
+mod kernels;
+mod qemu;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+pub use kernels::ensure_kernels;
+
+/// Environment variable that overrides the cache directory.
+const CACHE_ENV: &str = "QOSD_CACHE";
+
+/// One bootable guest kernel from the cache.
+#[derive(Debug, Clone)]
+pub struct GuestKernel {
+    /// Kernel series: "5.10", "6.1" or "6.12".
+    pub series: String,
+    /// The kernel release (`uname -r` in the guest), e.g. "6.1.0-41-cloud-amd64".
+    pub release: String,
+    /// The compressed kernel image handed to qemu's `-kernel`.
+    pub vmlinuz: PathBuf,
+}
+
+/// How a guest run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuestExit {
+    /// The command ran to completion; its exit status as reported by the guest's init.
+    Exited(i32),
+    /// The kernel panicked; the first line of the panic message.
+    Panicked(String),
+    /// No exit marker before the deadline; qemu was killed.
+    TimedOut,
+    /// qemu could not start, or stopped without the guest reporting anything; the details.
+    QemuFailed(String),
+}
+
+/// The result of one guest run.
+#[derive(Debug, Clone)]
+pub struct GuestRun {
+    /// Everything the guest printed on its serial console (`\r\n` normalised to `\n`).
+    pub output: String,
+    /// How the run ended.
+    pub exit: GuestExit,
+    /// Wall time from starting qemu to its exit (or to killing it).
+    pub wall: Duration,
+}
+
+/// The cache directory: `$QOSD_CACHE` if set, else `$HOME/.cache/qosd`; created if missing.
+pub fn cache_dir() -> Result<PathBuf> {
+    let dir = match std::env::var_os(CACHE_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => {
+            let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+                bail!("neither {CACHE_ENV} nor HOME is set; set {CACHE_ENV} to a cache directory");
+            };
+            PathBuf::from(home).join(".cache").join("qosd")
+        }
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("creating cache directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Boots `kernel` with an initramfs holding `payload` (host path, guest path) and runs `command`
+/// with `/bin/sh -c` once the guest's file systems are mounted.
+///
+/// Build products go to `work_dir` (`<series>-root/`, `<series>-initramfs.cpio`) and the serial
+/// console is streamed to `work_dir/<series>-console.log`, so two runs of the same series must
+/// not share a `work_dir` at the same time. `timeout` covers the whole run, boot included.
+pub fn run_in_guest(
+    kernel: &GuestKernel,
+    payload: &[(PathBuf, String)],
+    command: &str,
+    timeout: Duration,
+    work_dir: &Path,
+) -> Result<GuestRun> {
+    std::fs::create_dir_all(work_dir)
+        .with_context(|| format!("creating VM work directory {}", work_dir.display()))?;
+    let initrd = initramfs::build(work_dir, &kernel.series, payload, command)?;
+    let log = work_dir.join(format!("{}-console.log", kernel.series));
+    eprintln!(
+        "xtask vm: booting {} ({}), console in {}",
+        kernel.series,
+        kernel.release,
+        log.display()
+    );
+    let run = qemu::run(&qemu::Boot {
+        kernel,
+        initrd: &initrd,
+        log: &log,
+        timeout,
+    })?;
+    eprintln!(
+        "xtask vm: {} guest ended after {:.1} s: {:?}",
+        kernel.series,
+        run.wall.as_secs_f64(),
+        run.exit
+    );
+    Ok(run)
+}
