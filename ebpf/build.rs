@@ -5,6 +5,8 @@ use which::which;
 fn main() {
     match which("bpf-linker") {
         Ok(path) => println!("cargo:rerun-if-changed={}", path.display()),
-        Err(err) => println!("cargo:warning=bpf-linker not on PATH ({err}); run `cargo xtask setup`"),
+        Err(err) => {
+            println!("cargo:warning=bpf-linker not on PATH ({err}); run `cargo xtask setup`");
+        }
     }
 }

@@ -33,11 +33,22 @@ pub fn report() -> String {
     let _ = writeln!(out, "fentry            {}", features.fentry);
     let _ = writeln!(out, "kprobes           {}", features.kprobes);
     let _ = writeln!(out, "probes");
-    let v1_cpu = layout.as_ref().is_ok_and(CgroupLayout::uses_v1_cpu_controller);
-    let attribution = if v1_cpu { "task's v1 cpu controller cgroup" } else { "task's cgroup v2 id" };
+    let v1_cpu = layout
+        .as_ref()
+        .is_ok_and(CgroupLayout::uses_v1_cpu_controller);
+    let attribution = if v1_cpu {
+        "task's v1 cpu controller cgroup"
+    } else {
+        "task's cgroup v2 id"
+    };
     match CpuTimeProbe::attach(v1_cpu) {
         Ok(probe) => {
-            let _ = writeln!(out, "  {:<15} {:<15} sched_switch; per cgroup by {attribution}", cpu_time::PROBE_NAME, probe.mode());
+            let _ = writeln!(
+                out,
+                "  {:<15} {:<15} sched_switch; per cgroup by {attribution}",
+                cpu_time::PROBE_NAME,
+                probe.mode()
+            );
             for (mode, why) in probe.refused_modes() {
                 let _ = writeln!(out, "  {:<15} (not {}: {why})", "", mode.label());
             }

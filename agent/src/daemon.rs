@@ -43,11 +43,20 @@ pub enum DaemonError {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|source| DaemonError::Signal { signal: "SIGTERM", source })?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|source| DaemonError::Signal { signal: "SIGINT", source })?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|source| DaemonError::Signal {
+        signal: "SIGTERM",
+        source,
+    })?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|source| DaemonError::Signal {
+        signal: "SIGINT",
+        source,
+    })?;
 
     let layout = CgroupLayout::detect()?;
-    let hierarchy = layout.cpu_hierarchy().ok_or(DaemonError::NoCpuHierarchy)?.to_owned();
+    let hierarchy = layout
+        .cpu_hierarchy()
+        .ok_or(DaemonError::NoCpuHierarchy)?
+        .to_owned();
     tracing::info!(layout = %layout.kind, cpu_hierarchy = %hierarchy.display(), "cgroups detected");
 
     let metrics = Metrics::new()?;
@@ -55,8 +64,13 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     match tokio::task::spawn_blocking(move || CpuTimeProbe::attach(v1_cpu)).await {
         Ok(Ok(probe)) => {
             metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
-            let collector = CgroupCpuCollector::new(Box::new(probe), hierarchy)
-                .map_err(|source| MetricsError::Register { name: "qosd_cgroup_cpu_seconds_total", source })?;
+            let collector =
+                CgroupCpuCollector::new(Box::new(probe), hierarchy).map_err(|source| {
+                    MetricsError::Register {
+                        name: "qosd_cgroup_cpu_seconds_total",
+                        source,
+                    }
+                })?;
             metrics.register("qosd_cgroup_cpu_seconds_total", Box::new(collector))?;
         }
         Ok(Err(e)) => {
@@ -84,7 +98,10 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     tracing::info!(signal = which, "shutting down");
     // Receivers only disappear when the server task has already ended.
     let _ = stop.send(true);
-    if tokio::time::timeout(Duration::from_millis(500), serving).await.is_err() {
+    if tokio::time::timeout(Duration::from_millis(500), serving)
+        .await
+        .is_err()
+    {
         tracing::warn!("metrics endpoint did not stop within 500 ms");
     }
     // The last reference to the registry owns the probe; dropping it detaches the programs.

@@ -1,4 +1,5 @@
 //! The `qosd` command line.
+use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -48,7 +49,11 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Run { metrics_addr } => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
                 Ok(runtime) => runtime,
                 Err(e) => {
                     tracing::error!(error = %e, "starting the async runtime");
@@ -68,7 +73,10 @@ fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -48,6 +48,10 @@ static CPU_TIME_STATS: PerCpuArray<ProbeStats> = PerCpuArray::with_max_entries(1
 const BPF_ANY: u64 = 0;
 
 #[btf_tracepoint(function = "sched_switch")]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "aya's program macros hand over the context by value"
+)]
 pub fn cpu_time_tp_btf(ctx: BtfTracePointContext) -> i32 {
     // sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...)
     let prev: *const u8 = ctx.arg(1);
@@ -57,6 +61,10 @@ pub fn cpu_time_tp_btf(ctx: BtfTracePointContext) -> i32 {
 }
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "aya's program macros hand over the context by value"
+)]
 pub fn cpu_time_raw_tp(ctx: RawTracePointContext) -> i32 {
     let prev: *const u8 = ctx.arg(1);
     let next: *const u8 = ctx.arg(2);

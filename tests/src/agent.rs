@@ -2,14 +2,15 @@
 //! `/metrics`, stop it with a signal. Killed on drop if a case ends early.
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running agent.
+/// A running agent. Its log goes to a file that is shown when a case fails.
 pub struct Agent {
     child: Option<Child>,
     pub addr: SocketAddr,
+    log: PathBuf,
 }
 
 impl Agent {
@@ -22,7 +23,10 @@ impl Agent {
             .stdin(Stdio::null())
             .spawn()
             .map_err(|e| format!("starting {}: {e}", qosd.display()))?;
-        let mut agent = Self { child: Some(child), addr };
+        let mut agent = Self {
+            child: Some(child),
+            addr,
+        };
         let deadline = Instant::now() + ready_within;
         loop {
             if http_get(addr, "/healthz").is_ok_and(|body| body == "ok\n") {
@@ -31,13 +35,27 @@ impl Agent {
             if let Some(child) = agent.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
-                return Err(format!("qosd exited before serving: {status}"));
+                return Err(format!(
+                    "qosd exited before serving: {status}\n{}",
+                    agent.log_tail()
+                ));
             }
             if Instant::now() > deadline {
-                return Err(format!("qosd did not serve /healthz on {addr} within {ready_within:?}"));
+                return Err(format!(
+                    "qosd did not serve /healthz on {addr} within {ready_within:?}\n{}",
+                    agent.log_tail()
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The last lines qosd logged, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+        format!("--- qosd log ({}) ---\n{tail}", self.log.display())
     }
 
     /// The body of `/metrics`.
@@ -52,7 +70,11 @@ impl Agent {
 
     /// Sends `signal` and waits up to `within` for the exit; returns the status and how long
     /// the agent took.
-    pub fn stop(&mut self, signal: i32, within: Duration) -> Result<(ExitStatus, Duration), String> {
+    pub fn stop(
+        &mut self,
+        signal: i32,
+        within: Duration,
+    ) -> Result<(ExitStatus, Duration), String> {
         let mut child = self.child.take().ok_or("agent already stopped")?;
         let pid = i32::try_from(child.id()).map_err(|e| e.to_string())?;
         let sent = Instant::now();
@@ -67,7 +89,9 @@ impl Agent {
             if sent.elapsed() > within {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("qosd still running {within:?} after signal {signal}; killed"));
+                return Err(format!(
+                    "qosd still running {within:?} after signal {signal}; killed"
+                ));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -80,25 +104,41 @@ impl Drop for Agent {
             let _ = child.kill();
             let _ = child.wait();
         }
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
 /// A port that was free a moment ago.
 fn free_port() -> Result<SocketAddr, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
     listener.local_addr().map_err(|e| e.to_string())
 }
 
 /// A minimal HTTP/1.1 GET returning the body of a 200 response.
 pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut stream =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).map_err(|e| e.to_string())?;
-    let (head, body) = response.split_once("\r\n\r\n").ok_or("malformed HTTP response")?;
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| e.to_string())?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or("malformed HTTP response")?;
     if !head.starts_with("HTTP/1.1 200") {
-        return Err(format!("GET {path}: {}", head.lines().next().unwrap_or_default()));
+        return Err(format!(
+            "GET {path}: {}",
+            head.lines().next().unwrap_or_default()
+        ));
     }
     Ok(body.to_owned())
 }

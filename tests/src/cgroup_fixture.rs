@@ -34,10 +34,21 @@ impl TestCgroups {
     /// accounted in.
     pub fn create(prefix: &str) -> Result<Self, String> {
         let layout = CgroupLayout::detect().map_err(|e| e.to_string())?;
-        let cpu = layout.cpu_hierarchy().ok_or("no cpu hierarchy mounted")?.to_owned();
+        let cpu = layout
+            .cpu_hierarchy()
+            .ok_or("no cpu hierarchy mounted")?
+            .to_owned();
         let (roots, accounting) = if layout.uses_v1_cpu_controller() {
-            let cpuacct = layout.v1.get("cpuacct").ok_or("v1 cpu without cpuacct")?.clone();
-            let roots = if cpuacct == cpu { vec![cpu] } else { vec![cpu, cpuacct.clone()] };
+            let cpuacct = layout
+                .v1
+                .get("cpuacct")
+                .ok_or("v1 cpu without cpuacct")?
+                .clone();
+            let roots = if cpuacct == cpu {
+                vec![cpu]
+            } else {
+                vec![cpu, cpuacct.clone()]
+            };
             (roots, Accounting::CpuacctUsage(cpuacct))
         } else {
             (vec![cpu.clone()], Accounting::CpuStatUsage(cpu))
@@ -47,7 +58,13 @@ impl TestCgroups {
             .map(|d| d.subsec_nanos())
             .unwrap_or_default();
         let name = format!("{prefix}-{}-{nanos}", std::process::id());
-        let mut this = Self { created: Vec::new(), roots, accounting, name, children: Vec::new() };
+        let mut this = Self {
+            created: Vec::new(),
+            roots,
+            accounting,
+            name,
+            children: Vec::new(),
+        };
         this.mkdir("")?;
         Ok(this)
     }
@@ -77,8 +94,15 @@ impl TestCgroups {
         }
         script.push_str("exec \"$@\"");
         let mut command = std::process::Command::new("/bin/sh");
-        command.arg("-c").arg(script).arg("sh").arg(program).args(args);
-        let child_process = command.spawn().map_err(|e| format!("spawning {}: {e}", program.display()))?;
+        command
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .arg(program)
+            .args(args);
+        let child_process = command
+            .spawn()
+            .map_err(|e| format!("spawning {}: {e}", program.display()))?;
         let pid = child_process.id();
         self.children.push(child_process);
         Ok(pid)
@@ -87,7 +111,9 @@ impl TestCgroups {
     /// Waits for every started workload to exit; an exit status other than 0 is an error.
     pub fn wait_all(&mut self) -> Result<(), String> {
         for mut child in self.children.drain(..) {
-            let status = child.wait().map_err(|e| format!("waiting for a workload: {e}"))?;
+            let status = child
+                .wait()
+                .map_err(|e| format!("waiting for a workload: {e}"))?;
             if !status.success() {
                 return Err(format!("workload exited with {status}"));
             }
@@ -100,18 +126,26 @@ impl TestCgroups {
         match &self.accounting {
             Accounting::CpuacctUsage(root) => {
                 let file = root.join(&self.name).join(child).join("cpuacct.usage");
-                let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-                let nanos: u64 = text.trim().parse().map_err(|e| format!("{}: {e}", file.display()))?;
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
+                let nanos: u64 = text
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
                 Ok(nanos as f64 / 1e9)
             }
             Accounting::CpuStatUsage(root) => {
                 let file = root.join(&self.name).join(child).join("cpu.stat");
-                let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
                 let usec = text
                     .lines()
                     .find_map(|l| l.strip_prefix("usage_usec "))
                     .ok_or_else(|| format!("{}: no usage_usec", file.display()))?;
-                let usec: u64 = usec.trim().parse().map_err(|e| format!("{}: {e}", file.display()))?;
+                let usec: u64 = usec
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
                 Ok(usec as f64 / 1e6)
             }
         }
@@ -138,7 +172,10 @@ impl Drop for TestCgroups {
             while let Err(e) = std::fs::remove_dir(dir) {
                 if e.kind() == std::io::ErrorKind::NotFound || Instant::now() > deadline {
                     if e.kind() != std::io::ErrorKind::NotFound {
-                        eprintln!("warning: could not remove test cgroup {}: {e}", dir.display());
+                        eprintln!(
+                            "warning: could not remove test cgroup {}: {e}",
+                            dir.display()
+                        );
                     }
                     break;
                 }

@@ -36,7 +36,10 @@ pub struct Context {
 /// Runs the cases whose name contains `filter`, prints results; returns the failure count.
 pub fn run_all(cases: &[Case], ctx: &Context, filter: Option<&str>) -> usize {
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for case in cases.iter().filter(|c| filter.is_none_or(|f| c.name.contains(f))) {
+    for case in cases
+        .iter()
+        .filter(|c| filter.is_none_or(|f| c.name.contains(f)))
+    {
         let started = Instant::now();
         println!("RUN    {}", case.name);
         let outcome = if let Some(reason) = &ctx.skip_all {

@@ -46,8 +46,13 @@ fn main() -> ExitCode {
     let cases = cases::all();
     // SAFETY: geteuid has no preconditions and cannot fail.
     let is_root = unsafe { libc::geteuid() } == 0;
-    let skip_all = (!is_root).then(|| "needs root: loads eBPF programs and creates cgroups".to_owned());
-    let ctx = harness::Context { qosd, self_exe, skip_all };
+    let skip_all =
+        (!is_root).then(|| "needs root: loads eBPF programs and creates cgroups".to_owned());
+    let ctx = harness::Context {
+        qosd,
+        self_exe,
+        skip_all,
+    };
     if harness::run_all(&cases, &ctx, filter.as_deref()) == 0 {
         ExitCode::SUCCESS
     } else {

@@ -1,9 +1,13 @@
-//! qosd's developer commands. `cargo xtask setup | run | test | vm`.
+//! qosd's developer commands: `cargo xtask setup | run | test | vm`.
 //!
-//! xtask owns everything a newcomer or CI needs around the Rust build: installing the eBPF
-//! tool chain and test dependencies into a cache, starting qosd with its embedded defaults,
-//! running every test tier (unit, host, VM) and summarising the results.
+//! xtask owns everything around the Rust build that a newcomer or CI needs: installing the
+//! eBPF tool chain and test dependencies into a cache ([`setup`]), starting qosd with its
+//! embedded defaults ([`run`]), running every test tier with a summary ([`test`]), and
+//! booting guest kernels ([`vm`]).
 
+mod run;
+mod setup;
+mod test;
 mod vm;
 
 use std::path::PathBuf;
@@ -13,7 +17,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(about = "qosd developer commands")]
+#[command(about = "qosd developer commands (see README.md)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,6 +25,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Install what builds and tests need: rust-src for nightly, bpf-linker (built against the
+    /// nightly toolchain's LLVM), Debian packages, guest kernels. Idempotent; cached in
+    /// $QOSD_CACHE (default ~/.cache/qosd).
+    Setup,
+    /// Build qosd (release) and run it on this machine with its embedded defaults. Extra
+    /// arguments go to `qosd run`.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run every test tier CI runs: lint, unit, host (root), VMs (5.10, 6.1, 6.12).
+    Test(test::TestArgs),
     /// Boot one guest kernel with the given files in its initramfs and run a command in it.
     Vm {
         /// Kernel series to boot: 5.10, 6.1 or 6.12.
@@ -37,26 +53,92 @@ enum Command {
     },
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Vm { kernel, files, timeout, command } => {
-            let cache = vm::cache_dir()?;
-            let kernels = vm::ensure_kernels(&cache)?;
-            let Some(k) = kernels.iter().find(|k| k.series == kernel) else {
-                anyhow::bail!("no guest kernel for series {kernel}");
-            };
-            let payload: Vec<(PathBuf, String)> = files
-                .iter()
-                .map(|f| {
-                    let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                    (f.clone(), format!("/bin/{name}"))
-                })
-                .collect();
-            let run = vm::run_in_guest(k, &payload, &command, Duration::from_secs(timeout), &cache.join("vm-work"))?;
-            print!("{}", run.output);
-            println!("guest exit: {:?}", run.exit);
-            Ok(())
+    match dispatch(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Setup => setup::all().map(|_| ()),
+        Command::Run { args } => run::run(&args),
+        Command::Test(args) => test::run(args),
+        Command::Vm {
+            kernel,
+            files,
+            timeout,
+            command,
+        } => boot_one(&kernel, &files, timeout, &command),
+    }
+}
+
+fn boot_one(series: &str, files: &[PathBuf], timeout: u64, command: &str) -> Result<()> {
+    let cache = vm::cache_dir()?;
+    let kernels = vm::ensure_kernels(&cache)?;
+    let Some(kernel) = kernels.iter().find(|k| k.series == series) else {
+        anyhow::bail!("no guest kernel for series {series}; known: 5.10, 6.1, 6.12");
+    };
+    let payload: Vec<(PathBuf, String)> = files
+        .iter()
+        .map(|f| {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (f.clone(), format!("/bin/{name}"))
+        })
+        .collect();
+    let run = vm::run_in_guest(
+        kernel,
+        &payload,
+        command,
+        Duration::from_secs(timeout),
+        &cache.join("vm-work"),
+    )?;
+    print!("{}", run.output);
+    println!(
+        "guest exit: {:?} after {:.1}s",
+        run.exit,
+        run.wall.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// Cargo's target directory: `$CARGO_TARGET_DIR` when set (CI keeps it in the cache),
+/// `<workspace>/target` otherwise.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map_or_else(
+            || workspace_root().join("target"),
+            |dir| {
+                if dir.is_absolute() {
+                    dir
+                } else {
+                    workspace_root().join(dir)
+                }
+            },
+        )
+}
+
+/// True when running as root.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
 }

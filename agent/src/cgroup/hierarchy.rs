@@ -88,7 +88,10 @@ mod tests {
         let ino = |p: &str| std::fs::metadata(root.path().join(p)).expect("stat").ino();
         assert_eq!(paths.path(ino("")), Some("/"));
         assert_eq!(paths.path(ino("kubepods")), Some("/kubepods"));
-        assert_eq!(paths.path(ino("kubepods/burstable")), Some("/kubepods/burstable"));
+        assert_eq!(
+            paths.path(ino("kubepods/burstable")),
+            Some("/kubepods/burstable")
+        );
         assert_eq!(paths.len(), 3, "files are not cgroups");
     }
 

@@ -114,7 +114,8 @@ impl CgroupLayout {
                         {
                             continue;
                         }
-                        v1.entry(option.to_owned()).or_insert_with(|| mount_point.clone());
+                        v1.entry(option.to_owned())
+                            .or_insert_with(|| mount_point.clone());
                     }
                 }
                 _ => {}
@@ -152,12 +153,14 @@ fn unescape_octal(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\' {
-            if let Some(value) = field.get(i + 1..i + 4).and_then(|d| u8::from_str_radix(d, 8).ok()) {
-                out.push(value);
-                i += 4;
-                continue;
-            }
+        if bytes[i] == b'\\'
+            && let Some(value) = field
+                .get(i + 1..i + 4)
+                .and_then(|d| u8::from_str_radix(d, 8).ok())
+        {
+            out.push(value);
+            i += 4;
+            continue;
         }
         out.push(bytes[i]);
         i += 1;
@@ -194,9 +197,18 @@ mod tests {
     fn hybrid_host_has_v1_cpu_and_an_empty_unified_mount() {
         let layout = CgroupLayout::parse_mountinfo(HYBRID).expect("cgroups present");
         assert_eq!(layout.kind, LayoutKind::Hybrid);
-        assert_eq!(layout.unified.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
-        assert_eq!(layout.cpu_hierarchy(), Some(Path::new("/sys/fs/cgroup/cpu")));
-        assert_eq!(layout.v1.get("cpuacct").map(PathBuf::as_path), Some(Path::new("/sys/fs/cgroup/cpuacct")));
+        assert_eq!(
+            layout.unified.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(
+            layout.cpu_hierarchy(),
+            Some(Path::new("/sys/fs/cgroup/cpu"))
+        );
+        assert_eq!(
+            layout.v1.get("cpuacct").map(PathBuf::as_path),
+            Some(Path::new("/sys/fs/cgroup/cpuacct"))
+        );
         assert!(layout.v1.contains_key("name=systemd"));
         assert!(!layout.v1.contains_key("xattr"));
         assert!(layout.uses_v1_cpu_controller());
@@ -207,7 +219,10 @@ mod tests {
         let layout = CgroupLayout::parse_mountinfo(COMOUNTED_V1).expect("cgroups present");
         assert_eq!(layout.kind, LayoutKind::V1);
         assert_eq!(layout.v1.get("cpu"), layout.v1.get("cpuacct"));
-        assert_eq!(layout.cpu_hierarchy(), Some(Path::new("/sys/fs/cgroup/cpu,cpuacct")));
+        assert_eq!(
+            layout.cpu_hierarchy(),
+            Some(Path::new("/sys/fs/cgroup/cpu,cpuacct"))
+        );
     }
 
     #[test]
@@ -220,7 +235,10 @@ mod tests {
 
     #[test]
     fn no_cgroup_mounts_is_none() {
-        assert_eq!(CgroupLayout::parse_mountinfo("1 0 0:5 / / rw - ext4 /dev/vda rw\n"), None);
+        assert_eq!(
+            CgroupLayout::parse_mountinfo("1 0 0:5 / / rw - ext4 /dev/vda rw\n"),
+            None
+        );
     }
 
     #[test]

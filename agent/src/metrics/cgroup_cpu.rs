@@ -48,11 +48,13 @@ pub struct CgroupCpuCollector {
 }
 
 const CPU_SECONDS: &str = "qosd_cgroup_cpu_seconds_total";
-const CPU_SECONDS_HELP: &str = "CPU time consumed by the tasks of each cgroup, counted on sched_switch by qosd's eBPF probe";
+const CPU_SECONDS_HELP: &str =
+    "CPU time consumed by the tasks of each cgroup, counted on sched_switch by qosd's eBPF probe";
 const EVENTS: &str = "qosd_probe_events_total";
 const EVENTS_HELP: &str = "Kernel events handled by each probe";
 const DROPPED: &str = "qosd_probe_dropped_events_total";
-const DROPPED_HELP: &str = "Events a probe could not record (map full or busy, or unreadable kernel memory)";
+const DROPPED_HELP: &str =
+    "Events a probe could not record (map full or busy, or unreadable kernel memory)";
 const MAP_ENTRIES: &str = "qosd_bpf_map_entries";
 const MAP_ENTRIES_HELP: &str = "Entries in each bounded kernel map";
 const MAP_CAPACITY: &str = "qosd_bpf_map_capacity";
@@ -60,16 +62,48 @@ const MAP_CAPACITY_HELP: &str = "Maximum entries of each bounded kernel map";
 
 impl CgroupCpuCollector {
     /// A collector reading `source` and resolving ids in the hierarchy mounted at `root`.
-    pub fn new(source: Box<dyn CpuTimeSource>, hierarchy_root: PathBuf) -> Result<Self, prometheus::Error> {
+    pub fn new(
+        source: Box<dyn CpuTimeSource>,
+        hierarchy_root: PathBuf,
+    ) -> Result<Self, prometheus::Error> {
         let descs = vec![
-            Desc::new(CPU_SECONDS.into(), CPU_SECONDS_HELP.into(), vec!["cgroup".into()], HashMap::new())?,
-            Desc::new(EVENTS.into(), EVENTS_HELP.into(), vec!["probe".into()], HashMap::new())?,
-            Desc::new(DROPPED.into(), DROPPED_HELP.into(), vec!["probe".into()], HashMap::new())?,
-            Desc::new(MAP_ENTRIES.into(), MAP_ENTRIES_HELP.into(), vec!["map".into()], HashMap::new())?,
-            Desc::new(MAP_CAPACITY.into(), MAP_CAPACITY_HELP.into(), vec!["map".into()], HashMap::new())?,
+            Desc::new(
+                CPU_SECONDS.into(),
+                CPU_SECONDS_HELP.into(),
+                vec!["cgroup".into()],
+                HashMap::new(),
+            )?,
+            Desc::new(
+                EVENTS.into(),
+                EVENTS_HELP.into(),
+                vec!["probe".into()],
+                HashMap::new(),
+            )?,
+            Desc::new(
+                DROPPED.into(),
+                DROPPED_HELP.into(),
+                vec!["probe".into()],
+                HashMap::new(),
+            )?,
+            Desc::new(
+                MAP_ENTRIES.into(),
+                MAP_ENTRIES_HELP.into(),
+                vec!["map".into()],
+                HashMap::new(),
+            )?,
+            Desc::new(
+                MAP_CAPACITY.into(),
+                MAP_CAPACITY_HELP.into(),
+                vec!["map".into()],
+                HashMap::new(),
+            )?,
         ];
         Ok(Self {
-            state: Mutex::new(State { source, hierarchy_root, last: HashMap::new() }),
+            state: Mutex::new(State {
+                source,
+                hierarchy_root,
+                last: HashMap::new(),
+            }),
             descs,
         })
     }
@@ -108,7 +142,10 @@ impl Collector for CgroupCpuCollector {
             };
             let last = state.last.entry(id).or_default();
             *last = (*last).max(nanos);
-            #[expect(clippy::cast_precision_loss, reason = "f64 holds 2^53 ns = 104 days exactly; beyond that sub-microsecond precision is irrelevant")]
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "f64 holds 2^53 ns = 104 days exactly; beyond that sub-microsecond precision is irrelevant"
+            )]
             let seconds = *last as f64 / 1e9;
             series.push((path.to_owned(), seconds));
         }
@@ -121,14 +158,53 @@ impl Collector for CgroupCpuCollector {
         }
         series.sort_by(|a, b| a.0.cmp(&b.0));
 
-        #[expect(clippy::cast_precision_loss, reason = "event counts below 2^53 are exact")]
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "event counts below 2^53 are exact"
+        )]
         let f = |v: u64| v as f64;
         vec![
-            family(CPU_SECONDS, CPU_SECONDS_HELP, MetricType::COUNTER, series.iter().map(|(p, s)| (vec![("cgroup", p.as_str())], *s))),
-            family(EVENTS, EVENTS_HELP, MetricType::COUNTER, [(vec![("probe", PROBE_NAME)], f(sample.stats.events))]),
-            family(DROPPED, DROPPED_HELP, MetricType::COUNTER, [(vec![("probe", PROBE_NAME)], f(sample.stats.dropped + sample.stats.read_errors))]),
-            family(MAP_ENTRIES, MAP_ENTRIES_HELP, MetricType::GAUGE, [(vec![("map", names::CPU_TIME_MAP)], f(sample.map_entries as u64))]),
-            family(MAP_CAPACITY, MAP_CAPACITY_HELP, MetricType::GAUGE, [(vec![("map", names::CPU_TIME_MAP)], f(u64::from(MAX_CGROUPS)))]),
+            family(
+                CPU_SECONDS,
+                CPU_SECONDS_HELP,
+                MetricType::COUNTER,
+                series
+                    .iter()
+                    .map(|(p, s)| (vec![("cgroup", p.as_str())], *s)),
+            ),
+            family(
+                EVENTS,
+                EVENTS_HELP,
+                MetricType::COUNTER,
+                [(vec![("probe", PROBE_NAME)], f(sample.stats.events))],
+            ),
+            family(
+                DROPPED,
+                DROPPED_HELP,
+                MetricType::COUNTER,
+                [(
+                    vec![("probe", PROBE_NAME)],
+                    f(sample.stats.dropped + sample.stats.read_errors),
+                )],
+            ),
+            family(
+                MAP_ENTRIES,
+                MAP_ENTRIES_HELP,
+                MetricType::GAUGE,
+                [(
+                    vec![("map", names::CPU_TIME_MAP)],
+                    f(sample.map_entries as u64),
+                )],
+            ),
+            family(
+                MAP_CAPACITY,
+                MAP_CAPACITY_HELP,
+                MetricType::GAUGE,
+                [(
+                    vec![("map", names::CPU_TIME_MAP)],
+                    f(u64::from(MAX_CGROUPS)),
+                )],
+            ),
         ]
     }
 }
@@ -190,8 +266,20 @@ mod tests {
 
     impl CpuTimeSource for FakeSource {
         fn sample(&mut self) -> Result<CpuTimeSample, String> {
-            let nanos_by_cgroup = if self.samples.len() > 1 { self.samples.remove(0) } else { self.samples[0].clone() };
-            Ok(CpuTimeSample { map_entries: nanos_by_cgroup.len(), nanos_by_cgroup, stats: qosd_common::ProbeStats { events: 7, read_errors: 1, dropped: 2 } })
+            let nanos_by_cgroup = if self.samples.len() > 1 {
+                self.samples.remove(0)
+            } else {
+                self.samples[0].clone()
+            };
+            Ok(CpuTimeSample {
+                map_entries: nanos_by_cgroup.len(),
+                nanos_by_cgroup,
+                stats: qosd_common::ProbeStats {
+                    events: 7,
+                    read_errors: 1,
+                    dropped: 2,
+                },
+            })
         }
         fn forget(&mut self, ids: &[u64]) {
             self.forgotten.lock().expect("lock").extend_from_slice(ids);
@@ -219,19 +307,49 @@ mod tests {
             forgotten: forgotten.clone(),
         };
         let metrics = Metrics::new().expect("registry");
-        let collector = CgroupCpuCollector::new(Box::new(source), root.path().to_owned()).expect("collector");
-        metrics.register("cgroup_cpu", Box::new(collector)).expect("register");
+        let collector =
+            CgroupCpuCollector::new(Box::new(source), root.path().to_owned()).expect("collector");
+        metrics
+            .register("cgroup_cpu", Box::new(collector))
+            .expect("register");
 
         let first = metrics.render();
-        assert_eq!(line(&first, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"}"), Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"} 1.5"), "{first}");
-        assert_eq!(line(&first, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"}"), Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"} 0.25"));
-        assert_eq!(forgotten.lock().expect("lock").as_slice(), &[deleted], "ids without a cgroup are removed from the kernel map");
+        assert_eq!(
+            line(&first, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"}"),
+            Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"} 1.5"),
+            "{first}"
+        );
+        assert_eq!(
+            line(&first, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"}"),
+            Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"} 0.25")
+        );
+        assert_eq!(
+            forgotten.lock().expect("lock").as_slice(),
+            &[deleted],
+            "ids without a cgroup are removed from the kernel map"
+        );
         assert!(first.contains("# TYPE qosd_cgroup_cpu_seconds_total counter"));
-        assert!(first.contains("qosd_probe_dropped_events_total{probe=\"cpu_time\"} 3"), "{first}");
-        assert!(first.contains("qosd_bpf_map_capacity{map=\"CGROUP_CPU_NS\"} 16384"), "{first}");
+        assert!(
+            first.contains("qosd_probe_dropped_events_total{probe=\"cpu_time\"} 3"),
+            "{first}"
+        );
+        assert!(
+            first.contains("qosd_bpf_map_capacity{map=\"CGROUP_CPU_NS\"} 16384"),
+            "{first}"
+        );
 
         let second = metrics.render();
-        assert_eq!(line(&second, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"}"), Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"} 1.5"), "never decreases: {second}");
-        assert_eq!(line(&second, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"}"), Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"} 0.5"));
+        assert_eq!(
+            line(&second, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"}"),
+            Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod\"} 1.5"),
+            "never decreases: {second}"
+        );
+        assert_eq!(
+            line(
+                &second,
+                "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"}"
+            ),
+            Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"} 0.5")
+        );
     }
 }

@@ -35,8 +35,13 @@ impl Metrics {
             Opts::new("qosd_build_info", "qosd build; the value is always 1"),
             &["version"],
         )
-        .map_err(|source| MetricsError::Register { name: "qosd_build_info", source })?;
-        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        .map_err(|source| MetricsError::Register {
+            name: "qosd_build_info",
+            source,
+        })?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
         let probe_info = IntGaugeVec::new(
             Opts::new(
                 "qosd_probe_info",
@@ -45,25 +50,43 @@ impl Metrics {
             &["probe", "mode"],
         )
         .map_err(|source| MetricsError::Register { name: "qosd_probe_info", source })?;
-        for (name, metric) in [("qosd_build_info", &build_info), ("qosd_probe_info", &probe_info)] {
+        for (name, metric) in [
+            ("qosd_build_info", &build_info),
+            ("qosd_probe_info", &probe_info),
+        ] {
             registry
                 .register(Box::new(metric.clone()))
                 .map_err(|source| MetricsError::Register { name, source })?;
         }
-        Ok(Self { registry, probe_info })
+        Ok(Self {
+            registry,
+            probe_info,
+        })
     }
 
     /// Records the mode a probe runs in, replacing any earlier mode of the same probe.
     pub fn set_probe_mode(&self, probe: &str, mode: &ProbeMode) {
-        for label in ["tp_btf", "raw_tracepoint", "tracepoint", "fentry", "unavailable"] {
+        for label in [
+            "tp_btf",
+            "raw_tracepoint",
+            "tracepoint",
+            "fentry",
+            "unavailable",
+        ] {
             // Absent series are fine: only one mode per probe is ever set.
             let _ = self.probe_info.remove_label_values(&[probe, label]);
         }
-        self.probe_info.with_label_values(&[probe, mode.label()]).set(1);
+        self.probe_info
+            .with_label_values(&[probe, mode.label()])
+            .set(1);
     }
 
     /// Registers a custom collector.
-    pub fn register(&self, name: &'static str, collector: Box<dyn prometheus::core::Collector>) -> Result<(), MetricsError> {
+    pub fn register(
+        &self,
+        name: &'static str,
+        collector: Box<dyn prometheus::core::Collector>,
+    ) -> Result<(), MetricsError> {
         self.registry
             .register(collector)
             .map_err(|source| MetricsError::Register { name, source })
@@ -89,8 +112,20 @@ mod tests {
         metrics.set_probe_mode("cpu_time", &ProbeMode::RawTracepoint);
         metrics.set_probe_mode("cpu_time", &ProbeMode::TpBtf);
         let text = metrics.render();
-        assert!(text.contains(&format!("qosd_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))), "{text}");
-        assert!(text.contains("qosd_probe_info{mode=\"tp_btf\",probe=\"cpu_time\"} 1"), "{text}");
-        assert!(!text.contains("raw_tracepoint"), "an earlier mode must be replaced: {text}");
+        assert!(
+            text.contains(&format!(
+                "qosd_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("qosd_probe_info{mode=\"tp_btf\",probe=\"cpu_time\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("raw_tracepoint"),
+            "an earlier mode must be replaced: {text}"
+        );
     }
 }

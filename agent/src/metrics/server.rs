@@ -64,7 +64,10 @@ impl MetricsServer {
             let metrics = metrics.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req| respond(req, metrics.clone()));
-                if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+                if let Err(e) = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
                     tracing::debug!(%peer, error = %e, "metrics connection ended with an error");
                 }
             });
@@ -72,23 +75,40 @@ impl MetricsServer {
     }
 }
 
-async fn respond(req: Request<Incoming>, metrics: Arc<Metrics>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn respond(
+    req: Request<Incoming>,
+    metrics: Arc<Metrics>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             // Reading kernel maps and walking cgroupfs blocks; keep it off the reactor threads.
             let text = tokio::task::spawn_blocking(move || metrics.render())
                 .await
                 .unwrap_or_else(|e| format!("# collection failed: {e}\n"));
-            (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", text)
+            (
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                text,
+            )
         }
         (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
-        (&Method::GET, _) => (StatusCode::NOT_FOUND, "text/plain", "not found; try /metrics\n".to_owned()),
-        _ => (StatusCode::METHOD_NOT_ALLOWED, "text/plain", "only GET\n".to_owned()),
+        (&Method::GET, _) => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found; try /metrics\n".to_owned(),
+        ),
+        _ => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "only GET\n".to_owned(),
+        ),
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     if let Ok(value) = content_type.parse() {
-        response.headers_mut().insert(hyper::header::CONTENT_TYPE, value);
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
     }
     Ok(response)
 }
@@ -101,7 +121,11 @@ mod tests {
 
     fn get(addr: SocketAddr, path: &str) -> String {
         let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("send");
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
         let mut response = String::new();
         stream.read_to_string(&mut response).expect("read");
         response
@@ -110,20 +134,31 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serves_metrics_and_health_and_stops_on_shutdown() {
         let metrics = Arc::new(Metrics::new().expect("registry"));
-        let server = MetricsServer::bind("127.0.0.1:0".parse().expect("addr")).await.expect("bind");
+        let server = MetricsServer::bind("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("bind");
         let addr = server.local_addr().expect("bound");
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(server.serve(metrics, stopped));
 
-        let body = tokio::task::spawn_blocking(move || get(addr, "/metrics")).await.expect("join");
+        let body = tokio::task::spawn_blocking(move || get(addr, "/metrics"))
+            .await
+            .expect("join");
         assert!(body.starts_with("HTTP/1.1 200"), "{body}");
         assert!(body.contains("qosd_build_info"), "{body}");
-        let health = tokio::task::spawn_blocking(move || get(addr, "/healthz")).await.expect("join");
+        let health = tokio::task::spawn_blocking(move || get(addr, "/healthz"))
+            .await
+            .expect("join");
         assert!(health.ends_with("ok\n"), "{health}");
-        let missing = tokio::task::spawn_blocking(move || get(addr, "/nope")).await.expect("join");
+        let missing = tokio::task::spawn_blocking(move || get(addr, "/nope"))
+            .await
+            .expect("join");
         assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
 
         stop.send(true).expect("signal");
-        tokio::time::timeout(std::time::Duration::from_secs(1), task).await.expect("stops promptly").expect("join");
+        tokio::time::timeout(std::time::Duration::from_secs(1), task)
+            .await
+            .expect("stops promptly")
+            .expect("join");
     }
 }

@@ -160,7 +160,10 @@ mod tests {
         let btf = running_kernel();
         let off = btf.kernel_offsets(true).expect("offsets");
         assert_ne!(off.task_pid, off.task_cgroups);
-        assert!(off.task_cgroups > 0, "cgroups is not the first task_struct field");
+        assert!(
+            off.task_cgroups > 0,
+            "cgroups is not the first task_struct field"
+        );
         // css_set.subsys[] begins the struct; the cpu controller's slot is a pointer further on.
         assert_eq!(off.css_set_cpu_css % 8, 0);
         assert!(off.css_set_cpu_css > 0);
@@ -178,9 +181,13 @@ mod tests {
     #[test]
     fn unknown_names_are_errors_naming_them() {
         let btf = running_kernel();
-        let err = btf.member_offset("task_struct", "no_such_field").expect_err("no field");
+        let err = btf
+            .member_offset("task_struct", "no_such_field")
+            .expect_err("no field");
         assert!(err.to_string().contains("no_such_field"), "{err}");
-        let err = btf.enumerator("cgroup_subsys_id", "no_such_enumerator").expect_err("no enumerator");
+        let err = btf
+            .enumerator("cgroup_subsys_id", "no_such_enumerator")
+            .expect_err("no enumerator");
         assert!(err.to_string().contains("no_such_enumerator"), "{err}");
     }
 }

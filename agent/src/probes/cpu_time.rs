@@ -89,11 +89,20 @@ impl CpuTimeProbe {
                 }
             }
         };
-        tracing::info!(probe = PROBE_NAME, mode = mode.label(), ?offsets, "probe attached");
+        tracing::info!(
+            probe = PROBE_NAME,
+            mode = mode.label(),
+            ?offsets,
+            "probe attached"
+        );
         for (m, why) in &refused {
             tracing::info!(probe = PROBE_NAME, mode = m.label(), reason = %why, "mode refused by the kernel");
         }
-        Ok(Self { ebpf, mode, refused })
+        Ok(Self {
+            ebpf,
+            mode,
+            refused,
+        })
     }
 
     /// The attach mode in use.
@@ -117,12 +126,17 @@ impl CpuTimeProbe {
         for entry in totals.iter() {
             let (cgroup_id, per_cpu) = entry.map_err(|e| map_error(names::CPU_TIME_MAP, &e))?;
             map_entries += 1;
-            nanos_by_cgroup.insert(cgroup_id, per_cpu.iter().copied().fold(0u64, u64::saturating_add));
+            nanos_by_cgroup.insert(
+                cgroup_id,
+                per_cpu.iter().copied().fold(0u64, u64::saturating_add),
+            );
         }
 
         let now = monotonic_nanos()?;
         let running: PerCpuArray<&MapData, RunningTask> = self.map(names::RUNNING_MAP)?;
-        let slots = running.get(&0, 0).map_err(|e| map_error(names::RUNNING_MAP, &e))?;
+        let slots = running
+            .get(&0, 0)
+            .map_err(|e| map_error(names::RUNNING_MAP, &e))?;
         for slot in slots.iter() {
             if slot.cgroup_id != 0 && slot.since_ns != 0 && now > slot.since_ns {
                 *nanos_by_cgroup.entry(slot.cgroup_id).or_default() += now - slot.since_ns;
@@ -130,13 +144,21 @@ impl CpuTimeProbe {
         }
 
         let stats_map: PerCpuArray<&MapData, ProbeStats> = self.map(names::STATS_MAP)?;
-        let per_cpu = stats_map.get(&0, 0).map_err(|e| map_error(names::STATS_MAP, &e))?;
-        let stats = per_cpu.iter().fold(ProbeStats::default(), |acc, s| ProbeStats {
-            events: acc.events.saturating_add(s.events),
-            read_errors: acc.read_errors.saturating_add(s.read_errors),
-            dropped: acc.dropped.saturating_add(s.dropped),
-        });
-        Ok(CpuTimeSample { nanos_by_cgroup, stats, map_entries })
+        let per_cpu = stats_map
+            .get(&0, 0)
+            .map_err(|e| map_error(names::STATS_MAP, &e))?;
+        let stats = per_cpu
+            .iter()
+            .fold(ProbeStats::default(), |acc, s| ProbeStats {
+                events: acc.events.saturating_add(s.events),
+                read_errors: acc.read_errors.saturating_add(s.read_errors),
+                dropped: acc.dropped.saturating_add(s.dropped),
+            });
+        Ok(CpuTimeSample {
+            nanos_by_cgroup,
+            stats,
+            map_entries,
+        })
     }
 
     /// Removes the entries of cgroups that no longer exist, keeping the map bounded.
@@ -165,7 +187,10 @@ impl CpuTimeProbe {
         PerCpuHashMap::try_from(map).map_err(|e| map_error(names::CPU_TIME_MAP, &e))
     }
 
-    fn map<'a, T: aya::Pod>(&'a self, name: &'static str) -> Result<PerCpuArray<&'a MapData, T>, CpuTimeError> {
+    fn map<'a, T: aya::Pod>(
+        &'a self,
+        name: &'static str,
+    ) -> Result<PerCpuArray<&'a MapData, T>, CpuTimeError> {
         let map = self.ebpf.map(name).ok_or_else(|| missing_map(name))?;
         PerCpuArray::try_from(map).map_err(|e| map_error(name, &e))
     }
@@ -178,7 +203,9 @@ fn attach_tp_btf(ebpf: &mut Ebpf) -> Result<(), String> {
         .ok_or("program missing from the object")?
         .try_into()
         .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
-    program.load(TRACEPOINT, &btf).map_err(|e| error_chain(&e))?;
+    program
+        .load(TRACEPOINT, &btf)
+        .map_err(|e| error_chain(&e))?;
     program.attach().map_err(|e| error_chain(&e))?;
     Ok(())
 }
@@ -195,16 +222,25 @@ fn attach_raw_tp(ebpf: &mut Ebpf) -> Result<(), String> {
 }
 
 fn missing_map(map: &'static str) -> CpuTimeError {
-    CpuTimeError::Map { map, detail: "missing from the kernel object".to_owned() }
+    CpuTimeError::Map {
+        map,
+        detail: "missing from the kernel object".to_owned(),
+    }
 }
 
 fn map_error(map: &'static str, err: &(dyn std::error::Error + 'static)) -> CpuTimeError {
-    CpuTimeError::Map { map, detail: error_chain(err) }
+    CpuTimeError::Map {
+        map,
+        detail: error_chain(err),
+    }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns()` reads.
 fn monotonic_nanos() -> Result<u64, CpuTimeError> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only into it.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     if rc != 0 {

@@ -48,11 +48,15 @@ impl KernelFeatures {
             btf: if Path::new(VMLINUX_BTF).exists() {
                 Availability::Available
             } else {
-                Availability::Unavailable(format!("{VMLINUX_BTF} missing (CONFIG_DEBUG_INFO_BTF off)"))
+                Availability::Unavailable(format!(
+                    "{VMLINUX_BTF} missing (CONFIG_DEBUG_INFO_BTF off)"
+                ))
             },
             fentry: match aya::sys::is_program_supported(ProgramType::Tracing) {
                 Ok(true) => Availability::Available,
-                Ok(false) => Availability::Unavailable("kernel does not support tracing programs".into()),
+                Ok(false) => {
+                    Availability::Unavailable("kernel does not support tracing programs".into())
+                }
                 Err(e) => Availability::Unavailable(error_chain(&e)),
             },
             kprobes: if Path::new(KPROBE_PMU).exists() {

@@ -9,6 +9,8 @@ use crate::harness::{Context, Outcome, fail};
 const METRIC: &str = "qosd_cgroup_cpu_seconds_total";
 /// Allowed relative difference between qosd and the kernel.
 const TOLERANCE: f64 = 0.05;
+/// Allowed absolute difference for the sleeping workload.
+const IDLE_SLACK_SECONDS: f64 = 0.03;
 /// How long the busy workload spins.
 const BUSY_SECONDS: &str = "3";
 
@@ -36,14 +38,17 @@ fn run(ctx: &Context) -> Result<String, String> {
         let labels = format!("cgroup=\"{}\"", cgroups.label(child));
         sample_value(&text, METRIC, &labels)
     };
-    let busy_qosd = value("busy").ok_or_else(|| format!("no {METRIC} for {}", cgroups.label("busy")))?;
+    let busy_qosd =
+        value("busy").ok_or_else(|| format!("no {METRIC} for {}", cgroups.label("busy")))?;
     let busy_kernel = cgroups.kernel_cpu_seconds("busy")?;
     let idle_qosd = value("idle").unwrap_or(0.0);
     let idle_kernel = cgroups.kernel_cpu_seconds("idle")?;
     let source = cgroups.accounting_source();
 
     if busy_kernel < 0.5 {
-        return Err(format!("the busy workload got only {busy_kernel:.3}s of CPU by {source}; the test cannot judge"));
+        return Err(format!(
+            "the busy workload got only {busy_kernel:.3}s of CPU by {source}; the test cannot judge"
+        ));
     }
     let relative = (busy_qosd - busy_kernel).abs() / busy_kernel;
     let summary = format!(
@@ -51,10 +56,17 @@ fn run(ctx: &Context) -> Result<String, String> {
         relative * 100.0
     );
     if relative > TOLERANCE {
-        return Err(format!("{summary}: more than {:.0}% apart", TOLERANCE * 100.0));
+        return Err(format!(
+            "{summary}: more than {:.0}% apart",
+            TOLERANCE * 100.0
+        ));
     }
-    if idle_qosd > 0.05 || (idle_qosd - idle_kernel).abs() > 0.05 {
-        return Err(format!("{summary}: the idle cgroup was charged CPU it did not use"));
+    // The sleeper's only CPU is its start-up (tens of ms under emulation): qosd must agree with
+    // the kernel there too, and stay far below the busy cgroup, or time leaked across cgroups.
+    if (idle_qosd - idle_kernel).abs() > IDLE_SLACK_SECONDS || idle_qosd > busy_qosd * 0.1 {
+        return Err(format!(
+            "{summary}: the idle cgroup was charged CPU it did not use"
+        ));
     }
     Ok(summary)
 }

@@ -23,7 +23,11 @@ pub fn check_report(ctx: &Context) -> Outcome {
     }
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let expected_layout = layout_from_mounts();
-    let btf = if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() { "yes" } else { "no" };
+    let btf = if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        "yes"
+    } else {
+        "no"
+    };
     let mut problems = Vec::new();
     if !report.contains(&format!("kernel            {}", release.trim())) {
         problems.push(format!("kernel release {} missing", release.trim()));
@@ -37,18 +41,31 @@ pub fn check_report(ctx: &Context) -> Outcome {
     let mode = report
         .lines()
         .find_map(|l| l.trim_start().strip_prefix("cpu_time"))
-        .map(|rest| rest.split_whitespace().next().unwrap_or_default().to_owned());
+        .map(|rest| {
+            rest.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        });
     match mode.as_deref() {
         Some(m) if ATTACH_MODES.contains(&m) => {}
-        other => problems.push(format!("cpu_time mode is {other:?}, expected one of {ATTACH_MODES:?}")),
+        other => problems.push(format!(
+            "cpu_time mode is {other:?}, expected one of {ATTACH_MODES:?}"
+        )),
     }
     for feature in ["fentry ", "kprobes "] {
-        if !report.lines().any(|l| l.starts_with(feature) && (l.contains(" yes") || l.contains(" no ("))) {
+        if !report
+            .lines()
+            .any(|l| l.starts_with(feature) && (l.contains(" yes") || l.contains(" no (")))
+        {
             problems.push(format!("no {feature}line with yes or no (reason)"));
         }
     }
     if problems.is_empty() {
-        Outcome::Pass(format!("layout {expected_layout}, cpu_time {}", mode.unwrap_or_default()))
+        Outcome::Pass(format!(
+            "layout {expected_layout}, cpu_time {}",
+            mode.unwrap_or_default()
+        ))
     } else {
         fail(format!("{}\n--- report ---\n{report}", problems.join("; ")))
     }
@@ -57,7 +74,11 @@ pub fn check_report(ctx: &Context) -> Outcome {
 /// v2 when only cgroup2 is mounted, hybrid when both kinds are, v1 when only v1 is.
 fn layout_from_mounts() -> &'static str {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let has = |fstype: &str| mounts.lines().any(|l| l.split_whitespace().nth(2) == Some(fstype));
+    let has = |fstype: &str| {
+        mounts
+            .lines()
+            .any(|l| l.split_whitespace().nth(2) == Some(fstype))
+    };
     match (has("cgroup"), has("cgroup2")) {
         (true, true) => "hybrid",
         (true, false) => "v1",
@@ -75,16 +96,27 @@ pub fn metrics_info(ctx: &Context) -> Outcome {
         Ok(text) => text,
         Err(e) => return fail(e),
     };
-    if !text.lines().any(|l| l.starts_with("qosd_build_info{version=\"") && l.ends_with("} 1")) {
+    if !text
+        .lines()
+        .any(|l| l.starts_with("qosd_build_info{version=\"") && l.ends_with("} 1"))
+    {
         return fail(format!("no qosd_build_info in\n{text}"));
     }
     let live: Vec<_> = ATTACH_MODES
         .iter()
-        .filter(|m| sample_value(&text, "qosd_probe_info", &format!("mode=\"{m}\",probe=\"cpu_time\"")) == Some(1.0))
+        .filter(|m| {
+            sample_value(
+                &text,
+                "qosd_probe_info",
+                &format!("mode=\"{m}\",probe=\"cpu_time\""),
+            ) == Some(1.0)
+        })
         .collect();
     match live.as_slice() {
         [mode] => Outcome::Pass(format!("cpu_time mode {mode}")),
-        _ => fail(format!("expected exactly one live cpu_time mode, found {live:?} in\n{text}")),
+        _ => fail(format!(
+            "expected exactly one live cpu_time mode, found {live:?} in\n{text}"
+        )),
     }
 }
 
@@ -111,7 +143,10 @@ fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
     let mut agent = Agent::start(&ctx.qosd, Duration::from_secs(60))?;
     let ours: BTreeSet<u32> = probe_programs()?.difference(&before).copied().collect();
     if ours.is_empty() {
-        return Err(format!("qosd (pid {:?}) loaded no cpu_time program", agent.pid()));
+        return Err(format!(
+            "qosd (pid {:?}) loaded no cpu_time program",
+            agent.pid()
+        ));
     }
     let (status, took) = agent.stop(signal, Duration::from_secs(5))?;
     // The kernel frees a program when its last link and fd are released, which it may finish
@@ -124,7 +159,10 @@ fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let detail = format!("{name}: exit {status} after {} ms; programs {ours:?} loaded, {left:?} left", took.as_millis());
+    let detail = format!(
+        "{name}: exit {status} after {} ms; programs {ours:?} loaded, {left:?} left",
+        took.as_millis()
+    );
     if !status.success() || took > Duration::from_secs(1) || !left.is_empty() {
         return Err(detail);
     }
@@ -136,7 +174,10 @@ fn probe_programs() -> Result<BTreeSet<u32>, String> {
     let mut ids = BTreeSet::new();
     for info in aya::programs::loaded_programs() {
         let info = info.map_err(|e| format!("listing BPF programs: {e}"))?;
-        if info.name_as_str().is_some_and(|n| PROGRAM_NAMES.contains(&n)) {
+        if info
+            .name_as_str()
+            .is_some_and(|n| PROGRAM_NAMES.contains(&n))
+        {
             ids.insert(info.id());
         }
     }

@@ -118,7 +118,7 @@ fn missing_error(
          kernel image (the package's /boot/vmlinuz-*) at {target}"
     );
     if let Some(update) = update_report {
-        message.push_str(&format!(". {update}"));
+        message.push_str(&format!(". {}", update.trim_end_matches('.')));
         if ["NO_PUBKEY", "EXPKEYSIG", "not signed", "signature"]
             .iter()
             .any(|w| update.contains(w))

@@ -1,0 +1,36 @@
+//! `cargo xtask run`: build qosd in release mode and run it in the foreground with its
+//! embedded defaults; Ctrl-C (SIGINT) stops it cleanly.
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::setup;
+
+/// Builds and runs `qosd run ARGS`.
+pub fn run(args: &[String]) -> Result<()> {
+    let toolchain = setup::build_tools()?;
+    setup::run(
+        Command::new("cargo")
+            .args(["build", "--release", "-p", "qosd"])
+            .env("PATH", toolchain.path_env())
+            .current_dir(crate::workspace_root()),
+    )?;
+    if !crate::is_root() {
+        bail!("qosd loads eBPF programs and manages cgroups: run `cargo xtask run` as root");
+    }
+    let binary = crate::target_dir().join("release/qosd");
+    println!(
+        "starting {} run {} (metrics on http://127.0.0.1:9464/metrics by default; Ctrl-C stops)",
+        binary.display(),
+        args.join(" ")
+    );
+    let status = Command::new(&binary)
+        .arg("run")
+        .args(args)
+        .status()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    if !status.success() {
+        bail!("qosd exited with {status}");
+    }
+    Ok(())
+}

@@ -1,0 +1,497 @@
+//! `cargo xtask test`: every tier CI runs, in order, with the time each took and a summary.
+//!
+//! 1. lint: `cargo fmt --check`; clippy `-D warnings` on user space and on the eBPF crate.
+//! 2. unit: `cargo test` of every package that needs no privileges.
+//! 3. host: `qosd-systests` on this machine (needs root; reported as skipped otherwise).
+//! 4. vm: `qosd-systests` inside each guest kernel (5.10, 6.1, 6.12; cgroup v2, 2 NUMA nodes).
+//!
+//! The binaries are built once (dev profile, shared with the unit tier's build) and the same
+//! eBPF object runs on the host and in every guest. The last line is
+//! `N passed, N failed, N skipped` over all tiers; the exit status is non-zero on any failure.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::setup::{self, Toolchain};
+use crate::vm::{self, GuestExit};
+
+/// Per-guest time limit: boot plus every case under TCG emulation.
+const GUEST_TIMEOUT: Duration = Duration::from_secs(420);
+
+/// Which tiers to run.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct TestArgs {
+    /// Skip the lint tier (fmt, clippy).
+    #[arg(long)]
+    pub no_lint: bool,
+    /// Skip the VM tier.
+    #[arg(long)]
+    pub no_vm: bool,
+}
+
+/// One row of the summary.
+struct TierResult {
+    tier: &'static str,
+    target: String,
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+    took: Duration,
+    note: String,
+}
+
+/// Runs the tiers and prints the summary.
+pub fn run(args: TestArgs) -> Result<()> {
+    let started = Instant::now();
+    let toolchain = if args.no_vm {
+        setup::build_tools()?
+    } else {
+        setup::all()?
+    };
+    let mut results = Vec::new();
+
+    if !args.no_lint {
+        results.push(lint(&toolchain));
+    }
+    results.push(unit(&toolchain));
+
+    let built = build_test_binaries(&toolchain);
+    match &built {
+        Ok(bins) => {
+            results.push(host(bins));
+            if !args.no_vm {
+                results.extend(vms(&toolchain, bins));
+            }
+        }
+        Err(e) => results.push(TierResult {
+            tier: "build",
+            target: "qosd + qosd-systests".into(),
+            passed: 0,
+            failed: 1,
+            skipped: 0,
+            took: Duration::ZERO,
+            note: format!("{e:#}"),
+        }),
+    }
+
+    print_summary(&results, started.elapsed());
+    let failed: usize = results.iter().map(|r| r.failed).sum();
+    if failed > 0 {
+        bail!("{failed} test(s) failed");
+    }
+    Ok(())
+}
+
+fn cargo(toolchain: &Toolchain) -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.env("PATH", toolchain.path_env())
+        .current_dir(crate::workspace_root());
+    cmd
+}
+
+fn lint(toolchain: &Toolchain) -> TierResult {
+    let started = Instant::now();
+    let steps: [(&str, Vec<&str>); 3] = [
+        ("fmt", vec!["fmt", "--all", "--check"]),
+        (
+            "clippy user space",
+            vec![
+                "clippy",
+                "--workspace",
+                "--exclude",
+                "qosd-ebpf",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+        (
+            "clippy eBPF",
+            vec![
+                "+nightly",
+                "clippy",
+                "--package",
+                "qosd-ebpf",
+                "--bins",
+                "--release",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+    ];
+    let (mut passed, mut failed, mut notes) = (0, 0, Vec::new());
+    for (name, args) in steps {
+        println!("\n== lint: {name}");
+        let mut cmd = cargo(toolchain);
+        cmd.args(&args);
+        if name == "clippy eBPF" {
+            // Same cfg the eBPF build gets from aya-build.
+            cmd.env("CARGO_CFG_BPF_TARGET_ARCH", "x86_64")
+                .env("RUSTFLAGS", "--cfg=bpf_target_arch=\"x86_64\"");
+        }
+        match cmd.status() {
+            Ok(s) if s.success() => passed += 1,
+            Ok(s) => {
+                failed += 1;
+                notes.push(format!("{name}: {s}"));
+            }
+            Err(e) => {
+                failed += 1;
+                notes.push(format!("{name}: {e}"));
+            }
+        }
+    }
+    TierResult {
+        tier: "lint",
+        target: "fmt, clippy (user, eBPF)".into(),
+        passed,
+        failed,
+        skipped: 0,
+        took: started.elapsed(),
+        note: notes.join("; "),
+    }
+}
+
+fn unit(toolchain: &Toolchain) -> TierResult {
+    let started = Instant::now();
+    println!("\n== unit: cargo test");
+    let mut cmd = cargo(toolchain);
+    cmd.args([
+        "test",
+        "-p",
+        "qosd",
+        "-p",
+        "qosd-common",
+        "-p",
+        "xtask",
+        "-p",
+        "qosd-systests",
+    ]);
+    let (status, out) = match tee(&mut cmd) {
+        Ok(r) => r,
+        Err(e) => {
+            return TierResult {
+                tier: "unit",
+                target: "cargo test".into(),
+                passed: 0,
+                failed: 1,
+                skipped: 0,
+                took: started.elapsed(),
+                note: format!("{e:#}"),
+            };
+        }
+    };
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for line in out.lines().filter(|l| l.starts_with("test result:")) {
+        passed += count_before(line, " passed");
+        failed += count_before(line, " failed");
+        skipped += count_before(line, " ignored");
+    }
+    let mut note = String::new();
+    if !status && failed == 0 {
+        failed = 1;
+        note = "cargo test failed before running tests (build error?)".into();
+    }
+    TierResult {
+        tier: "unit",
+        target: "cargo test".into(),
+        passed,
+        failed,
+        skipped,
+        took: started.elapsed(),
+        note,
+    }
+}
+
+/// `N` from "... N passed; ..." style text.
+fn count_before(line: &str, word: &str) -> usize {
+    line.find(word)
+        .and_then(|end| line[..end].rsplit(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The binaries the privileged tiers run.
+struct TestBinaries {
+    qosd: PathBuf,
+    systests: PathBuf,
+}
+
+fn build_test_binaries(toolchain: &Toolchain) -> Result<TestBinaries> {
+    println!("\n== build: qosd and qosd-systests");
+    let mut cmd = cargo(toolchain);
+    cmd.args(["build", "-p", "qosd", "-p", "qosd-systests"]);
+    setup::run(&mut cmd)?;
+    let dir = crate::target_dir().join("debug");
+    Ok(TestBinaries {
+        qosd: dir.join("qosd"),
+        systests: dir.join("qosd-systests"),
+    })
+}
+
+fn host(bins: &TestBinaries) -> TierResult {
+    let started = Instant::now();
+    let target = format!(
+        "{} ({})",
+        read_trimmed("/proc/sys/kernel/osrelease"),
+        host_layout()
+    );
+    println!("\n== host: {target}");
+    let mut cmd = Command::new(&bins.systests);
+    cmd.arg("--qosd").arg(&bins.qosd);
+    let note;
+    let (passed, failed, skipped) = match tee(&mut cmd) {
+        Ok((ok, out)) => {
+            let counts = parse_results(&out);
+            note = if !ok && counts.1 == 0 {
+                "qosd-systests failed without a failing case".to_owned()
+            } else {
+                String::new()
+            };
+            (
+                counts.0,
+                counts.1 + usize::from(!ok && counts.1 == 0),
+                counts.2,
+            )
+        }
+        Err(e) => {
+            note = format!("{e:#}");
+            (0, 1, 0)
+        }
+    };
+    TierResult {
+        tier: "host",
+        target,
+        passed,
+        failed,
+        skipped,
+        took: started.elapsed(),
+        note,
+    }
+}
+
+fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
+    let kernels = match vm::ensure_kernels(&toolchain.cache) {
+        Ok(k) => k,
+        Err(e) => {
+            return vec![TierResult {
+                tier: "vm",
+                target: "guest kernels".into(),
+                passed: 0,
+                failed: 1,
+                skipped: 0,
+                took: Duration::ZERO,
+                note: format!("{e:#}"),
+            }];
+        }
+    };
+    let work = toolchain.cache.join("vm-work");
+    let payload = match stripped_payload(bins, &work) {
+        Ok(p) => p,
+        Err(e) => {
+            return vec![TierResult {
+                tier: "vm",
+                target: "initramfs payload".into(),
+                passed: 0,
+                failed: 1,
+                skipped: 0,
+                took: Duration::ZERO,
+                note: format!("{e:#}"),
+            }];
+        }
+    };
+    let mut results = Vec::new();
+    for kernel in &kernels {
+        let started = Instant::now();
+        let target = format!("{} (v2, 4 vCPU, 2 NUMA)", kernel.release);
+        println!("\n== vm: {target}");
+        let run = vm::run_in_guest(
+            kernel,
+            &payload,
+            "/bin/qosd-systests --qosd /bin/qosd",
+            GUEST_TIMEOUT,
+            &work,
+        );
+        let result = match run {
+            Ok(run) => {
+                print!("{}", run.output);
+                let (passed, failed, skipped) = parse_results(&run.output);
+                let (failed, note) = match &run.exit {
+                    GuestExit::Exited(0) => (failed, String::new()),
+                    GuestExit::Exited(code) => {
+                        (failed.max(1), format!("qosd-systests exited {code}"))
+                    }
+                    GuestExit::Panicked(line) => {
+                        (failed + 1, format!("guest kernel panic: {line}"))
+                    }
+                    GuestExit::TimedOut => (
+                        failed + 1,
+                        format!("guest hung: no result within {}s", GUEST_TIMEOUT.as_secs()),
+                    ),
+                    GuestExit::QemuFailed(why) => (failed + 1, format!("qemu failed: {why}")),
+                };
+                TierResult {
+                    tier: "vm",
+                    target,
+                    passed,
+                    failed,
+                    skipped,
+                    took: started.elapsed(),
+                    note,
+                }
+            }
+            Err(e) => TierResult {
+                tier: "vm",
+                target,
+                passed: 0,
+                failed: 1,
+                skipped: 0,
+                took: started.elapsed(),
+                note: format!("{e:#}"),
+            },
+        };
+        results.push(result);
+    }
+    results
+}
+
+/// Debug binaries carry hundreds of MB of debug info; the guests get stripped copies.
+fn stripped_payload(bins: &TestBinaries, work: &Path) -> Result<Vec<(PathBuf, String)>> {
+    let dir = work.join("payload");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut payload = Vec::new();
+    for (src, name) in [(&bins.qosd, "qosd"), (&bins.systests, "qosd-systests")] {
+        let dst = dir.join(name);
+        setup::run(
+            Command::new("strip")
+                .arg("--strip-debug")
+                .arg("-o")
+                .arg(&dst)
+                .arg(src),
+        )
+        .with_context(|| format!("stripping {}", src.display()))?;
+        payload.push((dst, format!("/bin/{name}")));
+    }
+    Ok(payload)
+}
+
+/// Counts the `RESULT <case> PASS|FAIL|SKIP` lines of qosd-systests.
+fn parse_results(output: &str) -> (usize, usize, usize) {
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for line in output.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("RESULT") {
+            continue;
+        }
+        match words.nth(1) {
+            Some("PASS") => passed += 1,
+            Some("FAIL") => failed += 1,
+            Some("SKIP") => skipped += 1,
+            _ => {}
+        }
+    }
+    (passed, failed, skipped)
+}
+
+/// Runs a command with inherited stderr, echoing and capturing stdout.
+fn tee(cmd: &mut Command) -> Result<(bool, String)> {
+    use std::io::{BufRead as _, BufReader};
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let mut captured = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.context("reading output")?;
+            println!("{line}");
+            captured.push_str(&line);
+            captured.push('\n');
+        }
+    }
+    let status = child.wait().context("waiting")?;
+    Ok((status.success(), captured))
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn host_layout() -> &'static str {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let has = |fstype: &str| {
+        mounts
+            .lines()
+            .any(|l| l.split_whitespace().nth(2) == Some(fstype))
+    };
+    match (has("cgroup"), has("cgroup2")) {
+        (true, true) => "cgroup v1 hybrid",
+        (true, false) => "cgroup v1",
+        (false, _) => "cgroup v2",
+    }
+}
+
+fn print_summary(results: &[TierResult], total: Duration) {
+    println!("\n== qosd test summary ==");
+    println!(
+        "{:<5} {:<42} {:>6} {:>6} {:>7} {:>7}",
+        "tier", "target", "passed", "failed", "skipped", "time"
+    );
+    for r in results {
+        let verdict = if r.failed > 0 {
+            "FAIL"
+        } else if r.passed == 0 && r.skipped > 0 {
+            "SKIP"
+        } else {
+            "ok"
+        };
+        println!(
+            "{:<5} {:<42} {:>6} {:>6} {:>7} {:>6}s  {verdict}{}",
+            r.tier,
+            r.target,
+            r.passed,
+            r.failed,
+            r.skipped,
+            r.took.as_secs(),
+            if r.note.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", r.note)
+            }
+        );
+    }
+    let passed: usize = results.iter().map(|r| r.passed).sum();
+    let failed: usize = results.iter().map(|r| r.failed).sum();
+    let skipped: usize = results.iter().map(|r| r.skipped).sum();
+    println!("total time {}s", total.as_secs());
+    println!("{passed} passed, {failed} failed, {skipped} skipped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cargo_test_result_lines_are_counted() {
+        let line = "test result: ok. 12 passed; 3 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.01s";
+        assert_eq!(count_before(line, " passed"), 12);
+        assert_eq!(count_before(line, " failed"), 3);
+        assert_eq!(count_before(line, " ignored"), 2);
+    }
+
+    #[test]
+    fn systest_result_lines_are_counted_and_noise_ignored() {
+        let out = "RUN    a\nRESULT a PASS (1.0s) fine\n[  1.0] kernel noise RESULT\nRESULT b FAIL (0.1s) bad\nRESULT c SKIP (0.0s) needs root\n";
+        assert_eq!(parse_results(out), (1, 1, 1));
+    }
+}
