@@ -1,0 +1,1 @@
+//! Pod admission against node allocatable (placeholder until written).

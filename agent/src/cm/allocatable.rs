@@ -1,0 +1,1 @@
+//! Node allocatable (placeholder until written).

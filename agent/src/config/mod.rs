@@ -1,0 +1,1 @@
+//! Agent configuration and the KubeletConfiguration fields qosd honours.

@@ -1,0 +1,2 @@
+//! Pods: the pod model, QoS classification, resource quantities and pod sources.
+pub mod quantity;
