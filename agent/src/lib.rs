@@ -8,6 +8,7 @@
 //! - [`probes`]: the embedded kernel object, BTF offsets, attach-mode selection, map readers.
 //! - [`metrics`]: the Prometheus registry, collectors and the HTTP endpoint.
 //! - [`pods`]: pod model, QoS, quantities, pod sources.
+//! - [`runtime`]: the standalone runtime (container processes in their cgroups).
 //! - [`check`]: the `qosd check` report.
 //! - [`daemon`]: `qosd run`, start-up and clean shutdown.
 pub mod cgroup;
@@ -18,3 +19,4 @@ pub mod daemon;
 pub mod metrics;
 pub mod pods;
 pub mod probes;
+pub mod runtime;

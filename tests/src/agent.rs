@@ -17,15 +17,20 @@ impl Agent {
     /// Starts `qosd run` and waits up to `ready_within` for `/healthz`.
     pub fn start(qosd: &Path, ready_within: Duration) -> Result<Self, String> {
         let addr = free_port()?;
+        let log = std::env::temp_dir().join(format!("qosd-systest-agent-{}.log", addr.port()));
+        let log_file =
+            std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let child = Command::new(qosd)
             .args(["run", "--metrics-addr", &addr.to_string()])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
+            .stderr(log_file)
             .spawn()
             .map_err(|e| format!("starting {}: {e}", qosd.display()))?;
         let mut agent = Self {
             child: Some(child),
             addr,
+            log,
         };
         let deadline = Instant::now() + ready_within;
         loop {

@@ -1,0 +1,184 @@
+//! Starting a container process inside its cgroups and signalling it.
+//!
+//! The child joins every cgroup before `exec` by writing `0` ("the writing process") to each
+//! `cgroup.procs`, so not one instruction of the workload runs outside its cgroup. The paths
+//! are prepared before `fork`; the child only calls open/write/close, which are
+//! async-signal-safe. Each container leads its own process group so a stop signal reaches
+//! everything it started.
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// Errors starting or signalling a process.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("container has no command")]
+    NoCommand,
+    #[error("path {0} contains a NUL byte")]
+    NulInPath(PathBuf),
+    #[error("opening log file {path}: {source}")]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("signalling process group {pgid}: {source}")]
+    Signal {
+        pgid: i32,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What to run and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// `command` followed by `args`; the first element is the program.
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// `cgroup.procs` of every hierarchy the process must join.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// Where stdout and stderr go; `None` discards them.
+    pub log_file: Option<PathBuf>,
+}
+
+/// Starts the process described by `launch`.
+pub fn spawn(launch: &Launch) -> Result<Child, ProcessError> {
+    let (program, args) = launch.argv.split_first().ok_or(ProcessError::NoCommand)?;
+    let procs: Vec<CString> = launch
+        .cgroup_procs
+        .iter()
+        .map(|p| CString::new(p.as_os_str().as_bytes()).map_err(|_| ProcessError::NulInPath(p.clone())))
+        .collect::<Result<_, _>>()?;
+    let (stdout, stderr) = match &launch.log_file {
+        Some(path) => {
+            let file = open_log(path)?;
+            let copy = file.try_clone().map_err(|source| ProcessError::Log { path: path.clone(), source })?;
+            (Stdio::from(file), Stdio::from(copy))
+        }
+        None => (Stdio::null(), Stdio::null()),
+    };
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and only calls open, write and
+    // close on C strings allocated before the fork; all three are async-signal-safe.
+    unsafe {
+        command.pre_exec(move || join_cgroups(&procs));
+    }
+    command.spawn().map_err(|source| ProcessError::Spawn { program: program.clone(), source })
+}
+
+/// Moves the calling process into every cgroup (runs between fork and exec).
+fn join_cgroups(procs: &[CString]) -> std::io::Result<()> {
+    for path in procs {
+        // SAFETY: `path` is a valid NUL-terminated string; open returns -1 on error.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: writes one byte from a static buffer to the fd opened above.
+        let written = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        let error = (written != 1).then(std::io::Error::last_os_error);
+        // SAFETY: closes the fd opened above, exactly once.
+        unsafe { libc::close(fd) };
+        if let Some(error) = error {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+fn open_log(path: &Path) -> Result<std::fs::File, ProcessError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| ProcessError::Log { path: path.to_owned(), source })?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| ProcessError::Log { path: path.to_owned(), source })
+}
+
+/// Sends `signal` to the process group led by `pid`. A group that is already gone is fine.
+pub fn signal_group(pid: u32, signal: i32) -> Result<(), ProcessError> {
+    let pgid = i32::try_from(pid).unwrap_or(i32::MAX);
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+    if unsafe { libc::kill(-pgid, signal) } != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::ESRCH) {
+            return Err(ProcessError::Signal { pgid, source: err });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_argv_with_env_and_logs_output() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("logs/c.log");
+        let launch = Launch {
+            argv: vec!["/bin/sh".into(), "-c".into(), "echo \"$GREETING\"; echo err >&2".into()],
+            env: vec![("GREETING".into(), "hello".into())],
+            cgroup_procs: Vec::new(),
+            log_file: Some(log.clone()),
+        };
+        let status = spawn(&launch).expect("spawn").wait().expect("wait");
+        assert!(status.success());
+        assert_eq!(std::fs::read_to_string(log).expect("log"), "hello\nerr\n");
+    }
+
+    #[test]
+    fn failing_to_join_a_cgroup_fails_the_start() {
+        let launch = Launch {
+            argv: vec!["/bin/true".into()],
+            env: Vec::new(),
+            cgroup_procs: vec![PathBuf::from("/nonexistent/qosd/cgroup.procs")],
+            log_file: None,
+        };
+        let err = spawn(&launch).expect_err("cannot join");
+        assert!(err.to_string().contains("/bin/true"), "{err}");
+    }
+
+    #[test]
+    fn empty_argv_is_an_error() {
+        let launch = Launch { argv: Vec::new(), env: Vec::new(), cgroup_procs: Vec::new(), log_file: None };
+        assert!(matches!(spawn(&launch), Err(ProcessError::NoCommand)));
+    }
+
+    #[test]
+    fn signal_reaches_the_whole_group() {
+        let launch = Launch {
+            argv: vec!["/bin/sh".into(), "-c".into(), "sleep 30 & wait".into()],
+            env: Vec::new(),
+            cgroup_procs: Vec::new(),
+            log_file: None,
+        };
+        let mut child = spawn(&launch).expect("spawn");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        signal_group(child.id(), libc::SIGKILL).expect("signal");
+        let status = child.wait().expect("wait");
+        assert!(!status.success());
+        // Signalling a group that is gone is not an error.
+        signal_group(child.id(), libc::SIGTERM).expect("gone group");
+    }
+}

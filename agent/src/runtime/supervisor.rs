@@ -1,0 +1,344 @@
+//! Keeps containers running according to their restart policy and stops them gracefully.
+//!
+//! The supervisor is driven by [`Supervisor::tick`], called periodically by the container
+//! manager: it reaps exits, restarts containers when their back-off has passed, and escalates
+//! a stop from SIGTERM to SIGKILL when the grace period is over. Nothing blocks.
+use std::collections::BTreeMap;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use super::backoff::Backoff;
+use super::process::{self, Launch};
+
+/// Identifies a container: its pod's uid and its name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContainerKey {
+    pub pod_uid: String,
+    pub container: String,
+}
+
+/// kubelet's restart policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+/// Everything needed to run one container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerSpec {
+    pub launch: Launch,
+    pub restart_policy: RestartPolicy,
+    /// `terminationGracePeriodSeconds`.
+    pub grace: Duration,
+}
+
+/// What a container is doing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContainerState {
+    Running { pid: u32 },
+    /// Exited; restarts at `restart_at` (back-off).
+    Waiting { last_exit: i32, restart_at: Instant },
+    /// Exited for good (policy says no restart).
+    Terminated { exit_code: i32 },
+    /// Being stopped: SIGTERM sent, SIGKILL at `kill_at`.
+    Stopping { pid: u32, kill_at: Instant },
+    /// Could not be started; retried with back-off.
+    StartFailed { error: String, retry_at: Instant },
+}
+
+/// Something that happened during a tick, for logs and metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Started { key: ContainerKey, pid: u32 },
+    Exited { key: ContainerKey, exit_code: i32 },
+    StartFailed { key: ContainerKey, error: String },
+    Killed { key: ContainerKey },
+    Stopped { key: ContainerKey },
+}
+
+struct Entry {
+    spec: ContainerSpec,
+    child: Option<Child>,
+    state: ContainerState,
+    restarts: u32,
+    started_at: Instant,
+    stop_requested: bool,
+}
+
+/// The set of supervised containers.
+pub struct Supervisor {
+    entries: BTreeMap<ContainerKey, Entry>,
+    backoff: Backoff,
+}
+
+impl Supervisor {
+    #[must_use]
+    pub fn new(backoff: Backoff) -> Self {
+        Self { entries: BTreeMap::new(), backoff }
+    }
+
+    /// Starts the container if it is not supervised yet. A container being stopped is left
+    /// alone (the caller waits for [`Event::Stopped`] before starting it again).
+    pub fn ensure(&mut self, key: &ContainerKey, spec: &ContainerSpec) -> Option<Event> {
+        if self.entries.contains_key(key) {
+            return None;
+        }
+        let now = Instant::now();
+        let mut entry = Entry {
+            spec: spec.clone(),
+            child: None,
+            state: ContainerState::Waiting { last_exit: 0, restart_at: now },
+            restarts: 0,
+            started_at: now,
+            stop_requested: false,
+        };
+        let event = start(key, &mut entry, self.backoff);
+        self.entries.insert(key.clone(), entry);
+        Some(event)
+    }
+
+    /// The spec a container was started with.
+    #[must_use]
+    pub fn spec(&self, key: &ContainerKey) -> Option<&ContainerSpec> {
+        self.entries.get(key).map(|e| &e.spec)
+    }
+
+    /// Begins a graceful stop: SIGTERM to the container's process group now, SIGKILL when its
+    /// grace period has passed. A container that is not running is removed at the next tick.
+    pub fn stop(&mut self, key: &ContainerKey) {
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        if entry.stop_requested {
+            return;
+        }
+        entry.stop_requested = true;
+        if let ContainerState::Running { pid } = entry.state {
+            if let Err(e) = process::signal_group(pid, libc::SIGTERM) {
+                tracing::warn!(pod_uid = %key.pod_uid, container = %key.container, error = %e, "SIGTERM");
+            }
+            entry.state = ContainerState::Stopping { pid, kill_at: Instant::now() + entry.spec.grace };
+        }
+    }
+
+    /// Reaps, restarts, escalates stops. Returns what happened.
+    pub fn tick(&mut self) -> Vec<Event> {
+        let now = Instant::now();
+        let mut events = Vec::new();
+        let mut gone = Vec::new();
+        for (key, entry) in &mut self.entries {
+            if let Some(exit_code) = reap(entry) {
+                events.push(Event::Exited { key: key.clone(), exit_code });
+                let ran = now.saturating_duration_since(entry.started_at);
+                if self.backoff.resets(ran) {
+                    entry.restarts = 0;
+                }
+                entry.state = if entry.stop_requested {
+                    ContainerState::Terminated { exit_code }
+                } else if restarts(entry.spec.restart_policy, exit_code) {
+                    let restart_at = now + self.backoff.delay(entry.restarts);
+                    ContainerState::Waiting { last_exit: exit_code, restart_at }
+                } else {
+                    ContainerState::Terminated { exit_code }
+                };
+            }
+            match entry.state.clone() {
+                ContainerState::Stopping { pid, kill_at } if now >= kill_at => {
+                    if let Err(e) = process::signal_group(pid, libc::SIGKILL) {
+                        tracing::warn!(pod_uid = %key.pod_uid, container = %key.container, error = %e, "SIGKILL");
+                    }
+                    events.push(Event::Killed { key: key.clone() });
+                    // Checked again at the next tick; SIGKILL cannot be ignored.
+                    entry.state = ContainerState::Stopping { pid, kill_at: now + Duration::from_secs(3600) };
+                }
+                ContainerState::Waiting { restart_at, .. } | ContainerState::StartFailed { retry_at: restart_at, .. }
+                    if !entry.stop_requested && now >= restart_at =>
+                {
+                    entry.restarts = entry.restarts.saturating_add(1);
+                    events.push(start(key, entry, self.backoff));
+                }
+                _ => {}
+            }
+            if entry.stop_requested && entry.child.is_none() {
+                gone.push(key.clone());
+            }
+        }
+        for key in gone {
+            self.entries.remove(&key);
+            events.push(Event::Stopped { key });
+        }
+        events
+    }
+
+    /// The state of a supervised container.
+    #[must_use]
+    pub fn state(&self, key: &ContainerKey) -> Option<&ContainerState> {
+        self.entries.get(key).map(|e| &e.state)
+    }
+
+    /// Number of times the container was restarted.
+    #[must_use]
+    pub fn restart_count(&self, key: &ContainerKey) -> u32 {
+        self.entries.get(key).map_or(0, |e| e.restarts)
+    }
+
+    /// Keys of every supervised container.
+    pub fn keys(&self) -> impl Iterator<Item = &ContainerKey> {
+        self.entries.keys()
+    }
+
+    /// True when nothing is supervised any more.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// kubelet's rule: Always restarts every exit, OnFailure non-zero exits, Never none.
+fn restarts(policy: RestartPolicy, exit_code: i32) -> bool {
+    match policy {
+        RestartPolicy::Always => true,
+        RestartPolicy::OnFailure => exit_code != 0,
+        RestartPolicy::Never => false,
+    }
+}
+
+fn start(key: &ContainerKey, entry: &mut Entry, backoff: Backoff) -> Event {
+    match process::spawn(&entry.spec.launch) {
+        Ok(child) => {
+            let pid = child.id();
+            entry.child = Some(child);
+            entry.started_at = Instant::now();
+            entry.state = ContainerState::Running { pid };
+            Event::Started { key: key.clone(), pid }
+        }
+        Err(e) => {
+            let error = e.to_string();
+            entry.state = ContainerState::StartFailed {
+                error: error.clone(),
+                retry_at: Instant::now() + backoff.delay(entry.restarts),
+            };
+            Event::StartFailed { key: key.clone(), error }
+        }
+    }
+}
+
+/// Collects the exit status if the process has ended: the exit code, or 128 + signal.
+fn reap(entry: &mut Entry) -> Option<i32> {
+    let child = entry.child.as_mut()?;
+    match child.try_wait() {
+        Ok(Some(status)) => {
+            entry.child = None;
+            use std::os::unix::process::ExitStatusExt as _;
+            Some(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "waiting for a container process");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(script: &str, policy: RestartPolicy, grace_ms: u64) -> ContainerSpec {
+        ContainerSpec {
+            launch: Launch {
+                argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+                env: Vec::new(),
+                cgroup_procs: Vec::new(),
+                log_file: None,
+            },
+            restart_policy: policy,
+            grace: Duration::from_millis(grace_ms),
+        }
+    }
+
+    fn fast() -> Backoff {
+        Backoff { initial: Duration::from_millis(20), max: Duration::from_millis(80), reset_after: Duration::from_secs(600) }
+    }
+
+    fn key(name: &str) -> ContainerKey {
+        ContainerKey { pod_uid: "uid".into(), container: name.into() }
+    }
+
+    /// Ticks until `done` holds or two seconds pass; returns all events.
+    fn tick_until(s: &mut Supervisor, mut done: impl FnMut(&Supervisor, &[Event]) -> bool) -> Vec<Event> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut all = Vec::new();
+        while Instant::now() < deadline {
+            all.extend(s.tick());
+            if done(s, &all) {
+                return all;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("condition not reached; events: {all:?}");
+    }
+
+    #[test]
+    fn always_restarts_with_backoff() {
+        let mut s = Supervisor::new(fast());
+        s.ensure(&key("c"), &spec("exit 0", RestartPolicy::Always, 100));
+        tick_until(&mut s, |s, _| s.restart_count(&key("c")) >= 3);
+    }
+
+    #[test]
+    fn on_failure_restarts_only_failures() {
+        let mut s = Supervisor::new(fast());
+        s.ensure(&key("ok"), &spec("exit 0", RestartPolicy::OnFailure, 100));
+        s.ensure(&key("bad"), &spec("exit 3", RestartPolicy::OnFailure, 100));
+        tick_until(&mut s, |s, _| s.restart_count(&key("bad")) >= 2);
+        assert_eq!(s.state(&key("ok")), Some(&ContainerState::Terminated { exit_code: 0 }));
+        assert_eq!(s.restart_count(&key("ok")), 0);
+    }
+
+    #[test]
+    fn never_keeps_the_exit_code() {
+        let mut s = Supervisor::new(fast());
+        s.ensure(&key("c"), &spec("exit 7", RestartPolicy::Never, 100));
+        tick_until(&mut s, |s, _| s.state(&key("c")) == Some(&ContainerState::Terminated { exit_code: 7 }));
+    }
+
+    #[test]
+    fn stop_sends_sigterm_first() {
+        let mut s = Supervisor::new(fast());
+        // The trap exits 42 on SIGTERM: seeing 42 proves SIGTERM, not SIGKILL, ended it.
+        s.ensure(&key("c"), &spec("trap 'exit 42' TERM; while :; do sleep 0.01; done", RestartPolicy::Always, 5000));
+        std::thread::sleep(Duration::from_millis(100));
+        s.stop(&key("c"));
+        let events = tick_until(&mut s, |s, _| s.is_empty());
+        assert!(events.contains(&Event::Exited { key: key("c"), exit_code: 42 }), "{events:?}");
+        assert!(!events.iter().any(|e| matches!(e, Event::Killed { .. })), "{events:?}");
+        assert!(events.contains(&Event::Stopped { key: key("c") }));
+    }
+
+    #[test]
+    fn stop_escalates_to_sigkill_after_the_grace_period() {
+        let mut s = Supervisor::new(fast());
+        s.ensure(&key("c"), &spec("trap '' TERM; while :; do sleep 0.01; done", RestartPolicy::Always, 200));
+        std::thread::sleep(Duration::from_millis(100));
+        let asked = Instant::now();
+        s.stop(&key("c"));
+        let events = tick_until(&mut s, |s, _| s.is_empty());
+        assert!(asked.elapsed() >= Duration::from_millis(200), "killed before the grace period");
+        assert!(events.contains(&Event::Killed { key: key("c") }), "{events:?}");
+        assert!(events.contains(&Event::Exited { key: key("c"), exit_code: 128 + libc::SIGKILL }), "{events:?}");
+    }
+
+    #[test]
+    fn a_failed_start_is_reported_and_retried() {
+        let mut s = Supervisor::new(fast());
+        let mut bad = spec("true", RestartPolicy::Always, 100);
+        bad.launch.argv = vec!["/nonexistent/qosd-binary".into()];
+        let first = s.ensure(&key("c"), &bad);
+        assert!(matches!(first, Some(Event::StartFailed { .. })), "{first:?}");
+        let events = tick_until(&mut s, |_, ev| ev.iter().filter(|e| matches!(e, Event::StartFailed { .. })).count() >= 2);
+        assert!(!events.is_empty());
+    }
+}
