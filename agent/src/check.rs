@@ -47,7 +47,7 @@ pub fn report() -> String {
                 out,
                 "  {:<15} {:<15} sched_switch; per cgroup by {attribution}",
                 cpu_time::PROBE_NAME,
-                probe.mode()
+                probe.mode().to_string()
             );
             for (mode, why) in probe.refused_modes() {
                 let _ = writeln!(out, "  {:<15} (not {}: {why})", "", mode.label());

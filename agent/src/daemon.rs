@@ -8,6 +8,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use crate::cgroup::{CgroupLayout, LayoutError};
+use crate::cm::index::WorkloadIndex;
 use crate::metrics::cgroup_cpu::CgroupCpuCollector;
 use crate::metrics::server::{MetricsServer, ServerError};
 use crate::metrics::{Metrics, MetricsError};
@@ -65,12 +66,12 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         Ok(Ok(probe)) => {
             metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
             let collector =
-                CgroupCpuCollector::new(Box::new(probe), hierarchy).map_err(|source| {
-                    MetricsError::Register {
+                CgroupCpuCollector::new(Box::new(probe), hierarchy, WorkloadIndex::new()).map_err(
+                    |source| MetricsError::Register {
                         name: "qosd_cgroup_cpu_seconds_total",
                         source,
-                    }
-                })?;
+                    },
+                )?;
             metrics.register("qosd_cgroup_cpu_seconds_total", Box::new(collector))?;
         }
         Ok(Err(e)) => {

@@ -42,7 +42,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // `check` prints a report on stdout; keep its log to warnings unless RUST_LOG says otherwise.
+    let default_level = if matches!(cli.command, Command::Check) {
+        "warn"
+    } else {
+        "info"
+    };
+    init_logging(cli.log_format, default_level);
     match cli.command {
         Command::Check => {
             print!("{}", qosd::check::report());
@@ -71,8 +77,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+fn init_logging(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

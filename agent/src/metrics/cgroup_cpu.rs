@@ -11,6 +11,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 
 use crate::cgroup::CgroupPaths;
+use crate::cm::index::WorkloadIndex;
 use crate::probes::cpu_time::{CpuTimeProbe, CpuTimeSample, PROBE_NAME};
 use qosd_common::{MAX_CGROUPS, names};
 
@@ -36,6 +37,7 @@ impl CpuTimeSource for CpuTimeProbe {
 
 struct State {
     source: Box<dyn CpuTimeSource>,
+    workloads: WorkloadIndex,
     hierarchy_root: PathBuf,
     /// Last exported nanoseconds per cgroup id, so a series never decreases.
     last: HashMap<u64, u64>,
@@ -61,10 +63,12 @@ const MAP_CAPACITY: &str = "qosd_bpf_map_capacity";
 const MAP_CAPACITY_HELP: &str = "Maximum entries of each bounded kernel map";
 
 impl CgroupCpuCollector {
-    /// A collector reading `source` and resolving ids in the hierarchy mounted at `root`.
+    /// A collector reading `source`, resolving ids in the hierarchy mounted at `root`, and
+    /// labelling managed cgroups with their namespace, pod, container and QoS class.
     pub fn new(
         source: Box<dyn CpuTimeSource>,
         hierarchy_root: PathBuf,
+        workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
         let descs = vec![
             Desc::new(
@@ -101,6 +105,7 @@ impl CgroupCpuCollector {
         Ok(Self {
             state: Mutex::new(State {
                 source,
+                workloads,
                 hierarchy_root,
                 last: HashMap::new(),
             }),
@@ -147,7 +152,14 @@ impl Collector for CgroupCpuCollector {
                 reason = "f64 holds 2^53 ns = 104 days exactly; beyond that sub-microsecond precision is irrelevant"
             )]
             let seconds = *last as f64 / 1e9;
-            series.push((path.to_owned(), seconds));
+            let mut labels = vec![("cgroup", path.to_owned())];
+            if let Some(w) = state.workloads.get(id) {
+                labels.push(("namespace", w.namespace));
+                labels.push(("pod", w.pod));
+                labels.push(("container", w.container.unwrap_or_default()));
+                labels.push(("qos_class", w.qos_class));
+            }
+            series.push((labels, seconds));
         }
         if !gone.is_empty() {
             tracing::debug!(count = gone.len(), "forgetting counters of removed cgroups");
@@ -164,26 +176,22 @@ impl Collector for CgroupCpuCollector {
         )]
         let f = |v: u64| v as f64;
         vec![
-            family(
-                CPU_SECONDS,
-                CPU_SECONDS_HELP,
-                MetricType::COUNTER,
-                series
-                    .iter()
-                    .map(|(p, s)| (vec![("cgroup", p.as_str())], *s)),
-            ),
+            family(CPU_SECONDS, CPU_SECONDS_HELP, MetricType::COUNTER, series),
             family(
                 EVENTS,
                 EVENTS_HELP,
                 MetricType::COUNTER,
-                [(vec![("probe", PROBE_NAME)], f(sample.stats.events))],
+                [(
+                    vec![("probe", PROBE_NAME.to_owned())],
+                    f(sample.stats.events),
+                )],
             ),
             family(
                 DROPPED,
                 DROPPED_HELP,
                 MetricType::COUNTER,
                 [(
-                    vec![("probe", PROBE_NAME)],
+                    vec![("probe", PROBE_NAME.to_owned())],
                     f(sample.stats.dropped + sample.stats.read_errors),
                 )],
             ),
@@ -192,7 +200,7 @@ impl Collector for CgroupCpuCollector {
                 MAP_ENTRIES_HELP,
                 MetricType::GAUGE,
                 [(
-                    vec![("map", names::CPU_TIME_MAP)],
+                    vec![("map", names::CPU_TIME_MAP.to_owned())],
                     f(sample.map_entries as u64),
                 )],
             ),
@@ -201,7 +209,7 @@ impl Collector for CgroupCpuCollector {
                 MAP_CAPACITY_HELP,
                 MetricType::GAUGE,
                 [(
-                    vec![("map", names::CPU_TIME_MAP)],
+                    vec![("map", names::CPU_TIME_MAP.to_owned())],
                     f(u64::from(MAX_CGROUPS)),
                 )],
             ),
@@ -209,11 +217,13 @@ impl Collector for CgroupCpuCollector {
     }
 }
 
-fn family<'a>(
+/// One metric family; each series is its labels and value. A series without pod labels (an
+/// unmanaged cgroup) simply has fewer labels, which the exposition format allows.
+fn family(
     name: &str,
     help: &str,
     kind: MetricType,
-    series: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, f64)>,
+    series: impl IntoIterator<Item = (Vec<(&'static str, String)>, f64)>,
 ) -> MetricFamily {
     let mut fam = MetricFamily::default();
     fam.set_name(name.to_owned());
@@ -221,7 +231,8 @@ fn family<'a>(
     fam.set_field_type(kind);
     let metrics = series
         .into_iter()
-        .map(|(labels, value)| {
+        .map(|(mut labels, value)| {
+            labels.sort_by_key(|(k, _)| *k);
             let mut m = proto::Metric::default();
             m.set_label(
                 labels
@@ -229,7 +240,7 @@ fn family<'a>(
                     .map(|(k, v)| {
                         let mut l = LabelPair::default();
                         l.set_name(k.to_owned());
-                        l.set_value(v.to_owned());
+                        l.set_value(v);
                         l
                     })
                     .collect(),
@@ -307,8 +318,19 @@ mod tests {
             forgotten: forgotten.clone(),
         };
         let metrics = Metrics::new().expect("registry");
+        let workloads = WorkloadIndex::new();
+        workloads.insert(
+            ctr,
+            crate::cm::index::Workload {
+                namespace: "prod".into(),
+                pod: "web".into(),
+                container: Some("app".into()),
+                qos_class: "burstable".into(),
+            },
+        );
         let collector =
-            CgroupCpuCollector::new(Box::new(source), root.path().to_owned()).expect("collector");
+            CgroupCpuCollector::new(Box::new(source), root.path().to_owned(), workloads)
+                .expect("collector");
         metrics
             .register("cgroup_cpu", Box::new(collector))
             .expect("register");
@@ -320,8 +342,13 @@ mod tests {
             "{first}"
         );
         assert_eq!(
-            line(&first, "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"}"),
-            Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"} 0.25")
+            line(
+                &first,
+                "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\",container=\"app\",namespace=\"prod\",pod=\"web\",qos_class=\"burstable\"}"
+            ),
+            Some(
+                "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\",container=\"app\",namespace=\"prod\",pod=\"web\",qos_class=\"burstable\"} 0.25"
+            )
         );
         assert_eq!(
             forgotten.lock().expect("lock").as_slice(),
@@ -347,9 +374,11 @@ mod tests {
         assert_eq!(
             line(
                 &second,
-                "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"}"
+                "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\",container=\"app\",namespace=\"prod\",pod=\"web\",qos_class=\"burstable\"}"
             ),
-            Some("qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\"} 0.5")
+            Some(
+                "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\",container=\"app\",namespace=\"prod\",pod=\"web\",qos_class=\"burstable\"} 0.5"
+            )
         );
     }
 }

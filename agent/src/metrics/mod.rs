@@ -124,7 +124,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            !text.contains("raw_tracepoint"),
+            !text.contains("mode=\"raw_tracepoint\""),
             "an earlier mode must be replaced: {text}"
         );
     }
