@@ -10,16 +10,20 @@ use tokio::sync::watch;
 use crate::cgroup::{CgroupLayout, LayoutError};
 use crate::cm::index::WorkloadIndex;
 use crate::metrics::cgroup_cpu::CgroupCpuCollector;
-use crate::metrics::server::{MetricsServer, ServerError};
+use crate::metrics::server::{InspectText, MetricsServer, ServerError};
 use crate::metrics::{Metrics, MetricsError};
 use crate::probes::ProbeMode;
 use crate::probes::cpu_time::{self, CpuTimeProbe};
+use crate::standalone::{Standalone, StandaloneError, StandaloneOptions};
 
 /// What `qosd run` needs.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     /// Address of the metrics endpoint.
     pub metrics_addr: SocketAddr,
+    /// Standalone mode (container manager fed from a manifest directory); `None` runs the
+    /// probes and metrics only.
+    pub standalone: Option<StandaloneOptions>,
 }
 
 /// Errors that stop the agent from starting. Probe failures are not among them: a probe the
@@ -32,6 +36,8 @@ pub enum DaemonError {
     NoCpuHierarchy,
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    #[error("container manager: {0}")]
+    Standalone(#[from] StandaloneError),
     #[error(transparent)]
     Server(#[from] ServerError),
     #[error("installing the {signal} handler: {source}")]
@@ -61,17 +67,17 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     tracing::info!(layout = %layout.kind, cpu_hierarchy = %hierarchy.display(), "cgroups detected");
 
     let metrics = Metrics::new()?;
+    let workloads = WorkloadIndex::new();
+    let inspect = InspectText::default();
     let v1_cpu = layout.uses_v1_cpu_controller();
     match tokio::task::spawn_blocking(move || CpuTimeProbe::attach(v1_cpu)).await {
         Ok(Ok(probe)) => {
             metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
-            let collector =
-                CgroupCpuCollector::new(Box::new(probe), hierarchy, WorkloadIndex::new()).map_err(
-                    |source| MetricsError::Register {
-                        name: "qosd_cgroup_cpu_seconds_total",
-                        source,
-                    },
-                )?;
+            let collector = CgroupCpuCollector::new(Box::new(probe), hierarchy, workloads.clone())
+                .map_err(|source| MetricsError::Register {
+                    name: "qosd_cgroup_cpu_seconds_total",
+                    source,
+                })?;
             metrics.register("qosd_cgroup_cpu_seconds_total", Box::new(collector))?;
         }
         Ok(Err(e)) => {
@@ -83,6 +89,23 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
             metrics.set_probe_mode(cpu_time::PROBE_NAME, &ProbeMode::Unavailable(e.to_string()));
         }
     }
+    let standalone = match &options.standalone {
+        Some(opts) => {
+            let started = Standalone::start(
+                opts,
+                &layout,
+                &metrics.registry,
+                workloads.clone(),
+                inspect.clone(),
+            )?;
+            tracing::info!(manifest_dir = %opts.manifest_dir.display(), "standalone container manager running");
+            Some(started)
+        }
+        None => {
+            inspect.set("container manager not running (no manifest directory)\n".to_owned());
+            None
+        }
+    };
     let metrics = Arc::new(metrics);
 
     let server = MetricsServer::bind(options.metrics_addr).await?;
@@ -90,7 +113,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         tracing::info!(%addr, "serving /metrics");
     }
     let (stop, stopped) = watch::channel(false);
-    let serving = tokio::spawn(server.serve(metrics.clone(), stopped));
+    let serving = tokio::spawn(server.serve(metrics.clone(), inspect, stopped));
 
     let which = tokio::select! {
         _ = sigterm.recv() => "SIGTERM",
@@ -107,6 +130,13 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     }
     // The last reference to the registry owns the probe; dropping it detaches the programs.
     drop(metrics);
-    tracing::info!("programs detached; bye");
+    tracing::info!("programs detached");
+    if let Some(standalone) = standalone {
+        // Containers get their grace periods; this may take longer than the detach above.
+        tokio::task::spawn_blocking(move || standalone.stop())
+            .await
+            .ok();
+    }
+    tracing::info!("bye");
     Ok(())
 }

@@ -9,14 +9,18 @@
 //! - [`metrics`]: the Prometheus registry, collectors and the HTTP endpoint.
 //! - [`pods`]: pod model, QoS, quantities, pod sources.
 //! - [`runtime`]: the standalone runtime (container processes in their cgroups).
+//! - [`standalone`]: standalone mode, the container manager fed from a manifest directory.
 //! - [`check`]: the `qosd check` report.
+//! - [`inspect`]: `qosd inspect`, the client side of the agent's `/inspect` endpoint.
 //! - [`daemon`]: `qosd run`, start-up and clean shutdown.
 pub mod cgroup;
 pub mod check;
 pub mod cm;
 pub mod config;
 pub mod daemon;
+pub mod inspect;
 pub mod metrics;
 pub mod pods;
 pub mod probes;
 pub mod runtime;
+pub mod standalone;

@@ -1,7 +1,9 @@
 //! The `qosd` command line.
 use std::io::IsTerminal as _;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -31,9 +33,33 @@ enum LogFormat {
 enum Command {
     /// Run the agent: attach the probes and serve metrics until SIGTERM or SIGINT.
     Run {
-        /// Where to serve /metrics and /healthz.
+        /// Where to serve /metrics, /healthz and /inspect.
         #[arg(long, default_value = "127.0.0.1:9464", env = "QOSD_METRICS_ADDR")]
         metrics_addr: SocketAddr,
+        /// Pod manifests (YAML or JSON, several per file) to run, watched for changes. When the
+        /// default directory does not exist qosd runs without a container manager.
+        #[arg(long, env = "QOSD_MANIFEST_DIR")]
+        manifest_dir: Option<PathBuf>,
+        /// A kubelet.config.k8s.io/v1beta1 KubeletConfiguration file (reserved resources,
+        /// eviction thresholds, enforceNodeAllocatable, cgroupRoot, cgroupDriver, ...).
+        #[arg(long, env = "QOSD_KUBELET_CONFIG")]
+        kubelet_config: Option<PathBuf>,
+        /// The cgroup under which kubepods lives (overrides cgroupRoot).
+        #[arg(long)]
+        cgroup_root: Option<String>,
+        /// How often cgroupfs is compared with the desired state and corrected (e.g. 10s, 1m).
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        reconcile_period: Duration,
+        /// Where container stdout/stderr go, one file per container.
+        #[arg(long, default_value = "/var/log/qosd/containers")]
+        container_log_dir: PathBuf,
+    },
+    /// Print the running agent's tree: QoS tiers, pods, containers, cgroup paths, effective
+    /// limits and process counts (fetched from the agent's /inspect endpoint).
+    Inspect {
+        /// The running agent's metrics address.
+        #[arg(long, default_value = "127.0.0.1:9464", env = "QOSD_METRICS_ADDR")]
+        addr: SocketAddr,
     },
     /// Report the cgroup layout, kernel version, BTF, attach types and the mode each probe
     /// will use. Loads and attaches each probe once to find out, so run it as root.
@@ -50,11 +76,39 @@ fn main() -> ExitCode {
     };
     init_logging(cli.log_format, default_level);
     match cli.command {
+        Command::Inspect { addr } => match qosd::inspect::fetch(addr) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("qosd inspect: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Check => {
             print!("{}", qosd::check::report());
             ExitCode::SUCCESS
         }
-        Command::Run { metrics_addr } => {
+        Command::Run {
+            metrics_addr,
+            manifest_dir,
+            kubelet_config,
+            cgroup_root,
+            reconcile_period,
+            container_log_dir,
+        } => {
+            let manifest_dir = manifest_dir.or_else(|| {
+                let default = PathBuf::from(DEFAULT_MANIFEST_DIR);
+                default.is_dir().then_some(default)
+            });
+            let standalone = manifest_dir.map(|manifest_dir| qosd::standalone::StandaloneOptions {
+                manifest_dir,
+                kubelet_config,
+                cgroup_root,
+                reconcile_period,
+                log_dir: Some(container_log_dir),
+            });
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
@@ -66,7 +120,10 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(qosd::daemon::run(qosd::daemon::RunOptions { metrics_addr })) {
+            match runtime.block_on(qosd::daemon::run(qosd::daemon::RunOptions {
+                metrics_addr,
+                standalone,
+            })) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "qosd stopped");
@@ -74,6 +131,17 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// The embedded default pod source.
+const DEFAULT_MANIFEST_DIR: &str = "/etc/qosd/manifests";
+
+/// Parses Go-style durations (`500ms`, `10s`, `1m30s`) as kubelet does.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    match qosd::config::kubelet::parse_go_duration(text)? {
+        d if d.is_zero() => Err(format!("{text:?}: must be positive")),
+        d => Ok(d),
     }
 }
 

@@ -16,12 +16,22 @@ pub struct Agent {
 impl Agent {
     /// Starts `qosd run` and waits up to `ready_within` for `/healthz`.
     pub fn start(qosd: &Path, ready_within: Duration) -> Result<Self, String> {
+        Self::start_with(qosd, &[], ready_within)
+    }
+
+    /// Starts `qosd run EXTRA...` and waits up to `ready_within` for `/healthz`.
+    pub fn start_with(
+        qosd: &Path,
+        extra: &[String],
+        ready_within: Duration,
+    ) -> Result<Self, String> {
         let addr = free_port()?;
         let log = std::env::temp_dir().join(format!("qosd-systest-agent-{}.log", addr.port()));
         let log_file =
             std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let child = Command::new(qosd)
             .args(["run", "--metrics-addr", &addr.to_string()])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stderr(log_file)

@@ -1,4 +1,10 @@
 //! The container manager: QoS tiers, node allocatable, admission, pod lifecycle, reconcile.
 pub mod admission;
 pub mod allocatable;
+pub mod capacity;
 pub mod index;
+pub mod manager;
+pub mod metrics;
+pub mod pod_resources;
+pub mod qos_tiers;
+mod tree; // TEMP-QOSD-CAPACITY

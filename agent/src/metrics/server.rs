@@ -27,6 +27,25 @@ pub enum ServerError {
     },
 }
 
+/// The container manager's latest state as text, published for `qosd inspect`.
+#[derive(Clone, Debug, Default)]
+pub struct InspectText(Arc<std::sync::RwLock<String>>);
+
+impl InspectText {
+    /// Replaces the published text.
+    pub fn set(&self, text: String) {
+        if let Ok(mut guard) = self.0.write() {
+            *guard = text;
+        }
+    }
+
+    /// The published text.
+    #[must_use]
+    pub fn get(&self) -> String {
+        self.0.read().map(|g| g.clone()).unwrap_or_default()
+    }
+}
+
 /// A bound, not yet serving, endpoint.
 pub struct MetricsServer {
     listener: TcpListener,
@@ -47,8 +66,14 @@ impl MetricsServer {
         self.listener.local_addr().ok()
     }
 
-    /// Serves until `shutdown` changes; in-flight scrapes are not awaited.
-    pub async fn serve(self, metrics: Arc<Metrics>, mut shutdown: watch::Receiver<bool>) {
+    /// Serves until `shutdown` changes; in-flight scrapes are not awaited. `/inspect` returns
+    /// the latest text the container manager published in `inspect`.
+    pub async fn serve(
+        self,
+        metrics: Arc<Metrics>,
+        inspect: InspectText,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         loop {
             let accepted = tokio::select! {
                 accepted = self.listener.accept() => accepted,
@@ -62,8 +87,9 @@ impl MetricsServer {
                 }
             };
             let metrics = metrics.clone();
+            let inspect = inspect.clone();
             tokio::spawn(async move {
-                let service = service_fn(move |req| respond(req, metrics.clone()));
+                let service = service_fn(move |req| respond(req, metrics.clone(), inspect.clone()));
                 if let Err(e) = http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await
@@ -78,6 +104,7 @@ impl MetricsServer {
 async fn respond(
     req: Request<Incoming>,
     metrics: Arc<Metrics>,
+    inspect: InspectText,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
@@ -92,6 +119,7 @@ async fn respond(
             )
         }
         (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+        (&Method::GET, "/inspect") => (StatusCode::OK, "text/plain; charset=utf-8", inspect.get()),
         (&Method::GET, _) => (
             StatusCode::NOT_FOUND,
             "text/plain",
@@ -139,7 +167,9 @@ mod tests {
             .expect("bind");
         let addr = server.local_addr().expect("bound");
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(server.serve(metrics, stopped));
+        let inspect = InspectText::default();
+        inspect.set("kubepods\n".into());
+        let task = tokio::spawn(server.serve(metrics, inspect, stopped));
 
         let body = tokio::task::spawn_blocking(move || get(addr, "/metrics"))
             .await
@@ -150,6 +180,10 @@ mod tests {
             .await
             .expect("join");
         assert!(health.ends_with("ok\n"), "{health}");
+        let tree = tokio::task::spawn_blocking(move || get(addr, "/inspect"))
+            .await
+            .expect("join");
+        assert!(tree.ends_with("\r\n\r\nkubepods\n"), "{tree}");
         let missing = tokio::task::spawn_blocking(move || get(addr, "/nope"))
             .await
             .expect("join");

@@ -1,2 +1,12 @@
 //! Pods: the pod model, QoS classification, resource quantities and pod sources.
+//!
+//! - [`model`]: the Pod subset qosd uses, defaults, effective requests;
+//! - [`qos`]: kubelet's QoS classes;
+//! - [`validate`]: name, uid and resource validation;
+//! - [`manifest`]: the manifest-directory pod source (scan and watcher);
+//! - [`quantity`]: Kubernetes resource quantities.
+pub mod manifest;
+pub mod model;
+pub mod qos;
 pub mod quantity;
+pub mod validate;

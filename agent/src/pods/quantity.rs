@@ -17,7 +17,9 @@ pub enum QuantityError {
 }
 
 /// An exact quantity: `numerator / 10^scale_down` where the suffix has been applied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// Ordering and equality are exact (`resource.Quantity.Cmp`): `1` == `1000m` and `0.5m` < `1m`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Quantity {
     /// Value times 10^9 (nano units), which covers every decimal suffix down to `n`.
     nanos: i128,
@@ -54,9 +56,12 @@ impl Quantity {
         let mantissa: i128 = if digits.is_empty() {
             0
         } else {
-            digits.parse().map_err(|_| QuantityError::Malformed(text.to_owned()))?
+            digits
+                .parse()
+                .map_err(|_| QuantityError::Malformed(text.to_owned()))?
         };
-        let mut exponent10 = -i32::try_from(fraction.len()).map_err(|_| QuantityError::OutOfRange(text.to_owned()))?;
+        let mut exponent10 = -i32::try_from(fraction.len())
+            .map_err(|_| QuantityError::OutOfRange(text.to_owned()))?;
         let mut multiplier: i128 = 1;
         match suffix {
             "" => {}
@@ -79,8 +84,12 @@ impl Quantity {
                 let Some(exp) = other.strip_prefix(['e', 'E']) else {
                     return Err(QuantityError::UnknownSuffix(text.to_owned()));
                 };
-                let exp: i32 = exp.parse().map_err(|_| QuantityError::Malformed(text.to_owned()))?;
-                exponent10 = exponent10.checked_add(exp).ok_or_else(|| QuantityError::OutOfRange(text.to_owned()))?;
+                let exp: i32 = exp
+                    .parse()
+                    .map_err(|_| QuantityError::Malformed(text.to_owned()))?;
+                exponent10 = exponent10
+                    .checked_add(exp)
+                    .ok_or_else(|| QuantityError::OutOfRange(text.to_owned()))?;
             }
         }
         let out_of_range = || QuantityError::OutOfRange(text.to_owned());
@@ -88,10 +97,14 @@ impl Quantity {
         let scaled = mantissa.checked_mul(multiplier).ok_or_else(out_of_range)?;
         let shift = exponent10 + 9;
         let nanos = if shift >= 0 {
-            let factor = 10i128.checked_pow(u32::try_from(shift).map_err(|_| out_of_range())?).ok_or_else(out_of_range)?;
+            let factor = 10i128
+                .checked_pow(u32::try_from(shift).map_err(|_| out_of_range())?)
+                .ok_or_else(out_of_range)?;
             scaled.checked_mul(factor).ok_or_else(out_of_range)?
         } else {
-            let divisor = 10i128.checked_pow(u32::try_from(-shift).map_err(|_| out_of_range())?).unwrap_or(i128::MAX);
+            let divisor = 10i128
+                .checked_pow(u32::try_from(-shift).map_err(|_| out_of_range())?)
+                .unwrap_or(i128::MAX);
             ceil_div(scaled, divisor)
         };
         // Kubernetes caps quantities at 2^63-1 in their largest unit; anything near i64::MAX
@@ -99,19 +112,36 @@ impl Quantity {
         if nanos / NANO > i128::from(i64::MAX) {
             return Err(out_of_range());
         }
-        Ok(Self { nanos: if negative { -nanos } else { nanos } })
+        Ok(Self {
+            nanos: if negative { -nanos } else { nanos },
+        })
+    }
+
+    /// Zero.
+    pub const ZERO: Self = Self { nanos: 0 };
+
+    /// The exact sum, saturating at the representable range (`resource.Quantity.Add`).
+    #[must_use]
+    pub fn saturating_add(self, other: Self) -> Self {
+        Self {
+            nanos: self.nanos.saturating_add(other.nanos),
+        }
     }
 
     /// A quantity of whole units.
     #[must_use]
     pub fn from_units(units: i64) -> Self {
-        Self { nanos: i128::from(units) * NANO }
+        Self {
+            nanos: i128::from(units) * NANO,
+        }
     }
 
     /// A quantity of thousandths (`millicores`).
     #[must_use]
     pub fn from_millis(millis: i64) -> Self {
-        Self { nanos: i128::from(millis) * 1_000_000 }
+        Self {
+            nanos: i128::from(millis) * 1_000_000,
+        }
     }
 
     /// The value in whole units, rounded up (`resource.Quantity.Value()`).
@@ -179,7 +209,11 @@ impl<'de> serde::Deserialize<'de> for Quantity {
 
 fn ceil_div(a: i128, b: i128) -> i128 {
     let q = a / b;
-    if a % b != 0 && ((a > 0) == (b > 0)) { q + 1 } else { q }
+    if a % b != 0 && ((a > 0) == (b > 0)) {
+        q + 1
+    } else {
+        q
+    }
 }
 
 fn saturate(v: i128) -> i64 {
@@ -227,13 +261,19 @@ mod tests {
     fn malformed_values_are_rejected_with_the_value() {
         for bad in ["", "abc", "1.2.3", "1Zi", "m", "1e", "1.5x", "--1", "1 Gi"] {
             let err = Quantity::parse(bad).expect_err(bad);
-            assert!(err.to_string().contains(&format!("{bad:?}")), "{bad}: {err}");
+            assert!(
+                err.to_string().contains(&format!("{bad:?}")),
+                "{bad}: {err}"
+            );
         }
     }
 
     #[test]
     fn huge_values_are_out_of_range() {
-        assert!(matches!(Quantity::parse("99999999999999999999999999E"), Err(QuantityError::OutOfRange(_))));
+        assert!(matches!(
+            Quantity::parse("99999999999999999999999999E"),
+            Err(QuantityError::OutOfRange(_))
+        ));
     }
 
     #[test]

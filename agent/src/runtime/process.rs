@@ -56,12 +56,17 @@ pub fn spawn(launch: &Launch) -> Result<Child, ProcessError> {
     let procs: Vec<CString> = launch
         .cgroup_procs
         .iter()
-        .map(|p| CString::new(p.as_os_str().as_bytes()).map_err(|_| ProcessError::NulInPath(p.clone())))
+        .map(|p| {
+            CString::new(p.as_os_str().as_bytes()).map_err(|_| ProcessError::NulInPath(p.clone()))
+        })
         .collect::<Result<_, _>>()?;
     let (stdout, stderr) = match &launch.log_file {
         Some(path) => {
             let file = open_log(path)?;
-            let copy = file.try_clone().map_err(|source| ProcessError::Log { path: path.clone(), source })?;
+            let copy = file.try_clone().map_err(|source| ProcessError::Log {
+                path: path.clone(),
+                source,
+            })?;
             (Stdio::from(file), Stdio::from(copy))
         }
         None => (Stdio::null(), Stdio::null()),
@@ -70,7 +75,10 @@ pub fn spawn(launch: &Launch) -> Result<Child, ProcessError> {
     command
         .args(args)
         .env_clear()
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(stdout)
@@ -81,7 +89,10 @@ pub fn spawn(launch: &Launch) -> Result<Child, ProcessError> {
     unsafe {
         command.pre_exec(move || join_cgroups(&procs));
     }
-    command.spawn().map_err(|source| ProcessError::Spawn { program: program.clone(), source })
+    command.spawn().map_err(|source| ProcessError::Spawn {
+        program: program.clone(),
+        source,
+    })
 }
 
 /// Moves the calling process into every cgroup (runs between fork and exec).
@@ -106,13 +117,19 @@ fn join_cgroups(procs: &[CString]) -> std::io::Result<()> {
 
 fn open_log(path: &Path) -> Result<std::fs::File, ProcessError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| ProcessError::Log { path: path.to_owned(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| ProcessError::Log {
+            path: path.to_owned(),
+            source,
+        })?;
     }
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
-        .map_err(|source| ProcessError::Log { path: path.to_owned(), source })
+        .map_err(|source| ProcessError::Log {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// Sends `signal` to the process group led by `pid`. A group that is already gone is fine.
@@ -137,7 +154,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("logs/c.log");
         let launch = Launch {
-            argv: vec!["/bin/sh".into(), "-c".into(), "echo \"$GREETING\"; echo err >&2".into()],
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "echo \"$GREETING\"; echo err >&2".into(),
+            ],
             env: vec![("GREETING".into(), "hello".into())],
             cgroup_procs: Vec::new(),
             log_file: Some(log.clone()),
@@ -161,7 +182,12 @@ mod tests {
 
     #[test]
     fn empty_argv_is_an_error() {
-        let launch = Launch { argv: Vec::new(), env: Vec::new(), cgroup_procs: Vec::new(), log_file: None };
+        let launch = Launch {
+            argv: Vec::new(),
+            env: Vec::new(),
+            cgroup_procs: Vec::new(),
+            log_file: None,
+        };
         assert!(matches!(spawn(&launch), Err(ProcessError::NoCommand)));
     }
 

@@ -37,15 +37,28 @@ pub struct ContainerSpec {
 /// What a container is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ContainerState {
-    Running { pid: u32 },
+    Running {
+        pid: u32,
+    },
     /// Exited; restarts at `restart_at` (back-off).
-    Waiting { last_exit: i32, restart_at: Instant },
+    Waiting {
+        last_exit: i32,
+        restart_at: Instant,
+    },
     /// Exited for good (policy says no restart).
-    Terminated { exit_code: i32 },
+    Terminated {
+        exit_code: i32,
+    },
     /// Being stopped: SIGTERM sent, SIGKILL at `kill_at`.
-    Stopping { pid: u32, kill_at: Instant },
+    Stopping {
+        pid: u32,
+        kill_at: Instant,
+    },
     /// Could not be started; retried with back-off.
-    StartFailed { error: String, retry_at: Instant },
+    StartFailed {
+        error: String,
+        retry_at: Instant,
+    },
 }
 
 /// Something that happened during a tick, for logs and metrics.
@@ -76,7 +89,10 @@ pub struct Supervisor {
 impl Supervisor {
     #[must_use]
     pub fn new(backoff: Backoff) -> Self {
-        Self { entries: BTreeMap::new(), backoff }
+        Self {
+            entries: BTreeMap::new(),
+            backoff,
+        }
     }
 
     /// Starts the container if it is not supervised yet. A container being stopped is left
@@ -89,7 +105,10 @@ impl Supervisor {
         let mut entry = Entry {
             spec: spec.clone(),
             child: None,
-            state: ContainerState::Waiting { last_exit: 0, restart_at: now },
+            state: ContainerState::Waiting {
+                last_exit: 0,
+                restart_at: now,
+            },
             restarts: 0,
             started_at: now,
             stop_requested: false,
@@ -119,7 +138,10 @@ impl Supervisor {
             if let Err(e) = process::signal_group(pid, libc::SIGTERM) {
                 tracing::warn!(pod_uid = %key.pod_uid, container = %key.container, error = %e, "SIGTERM");
             }
-            entry.state = ContainerState::Stopping { pid, kill_at: Instant::now() + entry.spec.grace };
+            entry.state = ContainerState::Stopping {
+                pid,
+                kill_at: Instant::now() + entry.spec.grace,
+            };
         }
     }
 
@@ -130,7 +152,10 @@ impl Supervisor {
         let mut gone = Vec::new();
         for (key, entry) in &mut self.entries {
             if let Some(exit_code) = reap(entry) {
-                events.push(Event::Exited { key: key.clone(), exit_code });
+                events.push(Event::Exited {
+                    key: key.clone(),
+                    exit_code,
+                });
                 let ran = now.saturating_duration_since(entry.started_at);
                 if self.backoff.resets(ran) {
                     entry.restarts = 0;
@@ -139,7 +164,10 @@ impl Supervisor {
                     ContainerState::Terminated { exit_code }
                 } else if restarts(entry.spec.restart_policy, exit_code) {
                     let restart_at = now + self.backoff.delay(entry.restarts);
-                    ContainerState::Waiting { last_exit: exit_code, restart_at }
+                    ContainerState::Waiting {
+                        last_exit: exit_code,
+                        restart_at,
+                    }
                 } else {
                     ContainerState::Terminated { exit_code }
                 };
@@ -151,11 +179,16 @@ impl Supervisor {
                     }
                     events.push(Event::Killed { key: key.clone() });
                     // Checked again at the next tick; SIGKILL cannot be ignored.
-                    entry.state = ContainerState::Stopping { pid, kill_at: now + Duration::from_secs(3600) };
+                    entry.state = ContainerState::Stopping {
+                        pid,
+                        kill_at: now + Duration::from_secs(3600),
+                    };
                 }
-                ContainerState::Waiting { restart_at, .. } | ContainerState::StartFailed { retry_at: restart_at, .. }
-                    if !entry.stop_requested && now >= restart_at =>
-                {
+                ContainerState::Waiting { restart_at, .. }
+                | ContainerState::StartFailed {
+                    retry_at: restart_at,
+                    ..
+                } if !entry.stop_requested && now >= restart_at => {
                     entry.restarts = entry.restarts.saturating_add(1);
                     events.push(start(key, entry, self.backoff));
                 }
@@ -212,7 +245,10 @@ fn start(key: &ContainerKey, entry: &mut Entry, backoff: Backoff) -> Event {
             entry.child = Some(child);
             entry.started_at = Instant::now();
             entry.state = ContainerState::Running { pid };
-            Event::Started { key: key.clone(), pid }
+            Event::Started {
+                key: key.clone(),
+                pid,
+            }
         }
         Err(e) => {
             let error = e.to_string();
@@ -220,7 +256,10 @@ fn start(key: &ContainerKey, entry: &mut Entry, backoff: Backoff) -> Event {
                 error: error.clone(),
                 retry_at: Instant::now() + backoff.delay(entry.restarts),
             };
-            Event::StartFailed { key: key.clone(), error }
+            Event::StartFailed {
+                key: key.clone(),
+                error,
+            }
         }
     }
 }
@@ -232,7 +271,11 @@ fn reap(entry: &mut Entry) -> Option<i32> {
         Ok(Some(status)) => {
             entry.child = None;
             use std::os::unix::process::ExitStatusExt as _;
-            Some(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+            Some(
+                status
+                    .code()
+                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+            )
         }
         Ok(None) => None,
         Err(e) => {
@@ -260,15 +303,25 @@ mod tests {
     }
 
     fn fast() -> Backoff {
-        Backoff { initial: Duration::from_millis(20), max: Duration::from_millis(80), reset_after: Duration::from_secs(600) }
+        Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(80),
+            reset_after: Duration::from_secs(600),
+        }
     }
 
     fn key(name: &str) -> ContainerKey {
-        ContainerKey { pod_uid: "uid".into(), container: name.into() }
+        ContainerKey {
+            pod_uid: "uid".into(),
+            container: name.into(),
+        }
     }
 
     /// Ticks until `done` holds or two seconds pass; returns all events.
-    fn tick_until(s: &mut Supervisor, mut done: impl FnMut(&Supervisor, &[Event]) -> bool) -> Vec<Event> {
+    fn tick_until(
+        s: &mut Supervisor,
+        mut done: impl FnMut(&Supervisor, &[Event]) -> bool,
+    ) -> Vec<Event> {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut all = Vec::new();
         while Instant::now() < deadline {
@@ -294,7 +347,10 @@ mod tests {
         s.ensure(&key("ok"), &spec("exit 0", RestartPolicy::OnFailure, 100));
         s.ensure(&key("bad"), &spec("exit 3", RestartPolicy::OnFailure, 100));
         tick_until(&mut s, |s, _| s.restart_count(&key("bad")) >= 2);
-        assert_eq!(s.state(&key("ok")), Some(&ContainerState::Terminated { exit_code: 0 }));
+        assert_eq!(
+            s.state(&key("ok")),
+            Some(&ContainerState::Terminated { exit_code: 0 })
+        );
         assert_eq!(s.restart_count(&key("ok")), 0);
     }
 
@@ -302,33 +358,70 @@ mod tests {
     fn never_keeps_the_exit_code() {
         let mut s = Supervisor::new(fast());
         s.ensure(&key("c"), &spec("exit 7", RestartPolicy::Never, 100));
-        tick_until(&mut s, |s, _| s.state(&key("c")) == Some(&ContainerState::Terminated { exit_code: 7 }));
+        tick_until(&mut s, |s, _| {
+            s.state(&key("c")) == Some(&ContainerState::Terminated { exit_code: 7 })
+        });
     }
 
     #[test]
     fn stop_sends_sigterm_first() {
         let mut s = Supervisor::new(fast());
         // The trap exits 42 on SIGTERM: seeing 42 proves SIGTERM, not SIGKILL, ended it.
-        s.ensure(&key("c"), &spec("trap 'exit 42' TERM; while :; do sleep 0.01; done", RestartPolicy::Always, 5000));
+        s.ensure(
+            &key("c"),
+            &spec(
+                "trap 'exit 42' TERM; while :; do sleep 0.01; done",
+                RestartPolicy::Always,
+                5000,
+            ),
+        );
         std::thread::sleep(Duration::from_millis(100));
         s.stop(&key("c"));
         let events = tick_until(&mut s, |s, _| s.is_empty());
-        assert!(events.contains(&Event::Exited { key: key("c"), exit_code: 42 }), "{events:?}");
-        assert!(!events.iter().any(|e| matches!(e, Event::Killed { .. })), "{events:?}");
+        assert!(
+            events.contains(&Event::Exited {
+                key: key("c"),
+                exit_code: 42
+            }),
+            "{events:?}"
+        );
+        assert!(
+            !events.iter().any(|e| matches!(e, Event::Killed { .. })),
+            "{events:?}"
+        );
         assert!(events.contains(&Event::Stopped { key: key("c") }));
     }
 
     #[test]
     fn stop_escalates_to_sigkill_after_the_grace_period() {
         let mut s = Supervisor::new(fast());
-        s.ensure(&key("c"), &spec("trap '' TERM; while :; do sleep 0.01; done", RestartPolicy::Always, 200));
+        s.ensure(
+            &key("c"),
+            &spec(
+                "trap '' TERM; while :; do sleep 0.01; done",
+                RestartPolicy::Always,
+                200,
+            ),
+        );
         std::thread::sleep(Duration::from_millis(100));
         let asked = Instant::now();
         s.stop(&key("c"));
         let events = tick_until(&mut s, |s, _| s.is_empty());
-        assert!(asked.elapsed() >= Duration::from_millis(200), "killed before the grace period");
-        assert!(events.contains(&Event::Killed { key: key("c") }), "{events:?}");
-        assert!(events.contains(&Event::Exited { key: key("c"), exit_code: 128 + libc::SIGKILL }), "{events:?}");
+        assert!(
+            asked.elapsed() >= Duration::from_millis(200),
+            "killed before the grace period"
+        );
+        assert!(
+            events.contains(&Event::Killed { key: key("c") }),
+            "{events:?}"
+        );
+        assert!(
+            events.contains(&Event::Exited {
+                key: key("c"),
+                exit_code: 128 + libc::SIGKILL
+            }),
+            "{events:?}"
+        );
     }
 
     #[test]
@@ -337,8 +430,16 @@ mod tests {
         let mut bad = spec("true", RestartPolicy::Always, 100);
         bad.launch.argv = vec!["/nonexistent/qosd-binary".into()];
         let first = s.ensure(&key("c"), &bad);
-        assert!(matches!(first, Some(Event::StartFailed { .. })), "{first:?}");
-        let events = tick_until(&mut s, |_, ev| ev.iter().filter(|e| matches!(e, Event::StartFailed { .. })).count() >= 2);
+        assert!(
+            matches!(first, Some(Event::StartFailed { .. })),
+            "{first:?}"
+        );
+        let events = tick_until(&mut s, |_, ev| {
+            ev.iter()
+                .filter(|e| matches!(e, Event::StartFailed { .. }))
+                .count()
+                >= 2
+        });
         assert!(!events.is_empty());
     }
 }

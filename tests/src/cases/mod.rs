@@ -1,12 +1,32 @@
 //! The system test cases, one module per capability.
+pub mod cgroups; // TEMP-CGROUPS
 pub mod cpu_time;
 pub mod lifecycle;
+pub mod pods;
 
 use crate::harness::Case;
 
 /// Every case, in the order they run.
 pub fn all() -> Vec<Case> {
     vec![
+        // TEMP-CGROUPS begin
+        Case {
+            name: "cgroup_manager_creates_exact_files",
+            run: cgroups::create_writes_exact_files,
+        },
+        Case {
+            name: "cgroup_manager_update_writes_only_drift",
+            run: cgroups::update_writes_only_drift,
+        },
+        Case {
+            name: "cgroup_manager_pids_and_destroy_leave_nothing",
+            run: cgroups::pids_and_destroy_leave_nothing,
+        },
+        Case {
+            name: "cgroup_manager_stats_read_kernel_files",
+            run: cgroups::stats_read_kernel_files,
+        },
+        // TEMP-CGROUPS end
         Case {
             name: "check_reports_layout_kernel_btf_and_probe_modes",
             run: lifecycle::check_report,
@@ -18,6 +38,10 @@ pub fn all() -> Vec<Case> {
         Case {
             name: "cpu_seconds_match_kernel_accounting",
             run: cpu_time::matches_kernel_accounting,
+        },
+        Case {
+            name: "manifests_become_pod_cgroups_with_kubelet_values",
+            run: pods::manifests_become_cgroups,
         },
         Case {
             name: "sigterm_detaches_programs_and_exits_zero_within_1s",

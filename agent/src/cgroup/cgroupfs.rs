@@ -1,0 +1,1186 @@
+//! [`CgroupfsManager`]: the [`CgroupManager`] that writes the cgroup filesystems directly, on
+//! v1 (a directory per managed controller hierarchy, as on hybrid hosts) and on v2 (one unified
+//! directory). Mount points come from [`Hierarchies`] and every name must lie under the root
+//! given at construction, so nothing here assumes `/sys/fs/cgroup` or touches other cgroups
+//! (except enabling controllers in v2 ancestors, which a v2 cgroup cannot work without).
+//!
+//! Writes are idempotent: each planned file is read first and written only when its value
+//! differs, and the writes made are returned. The same code runs on plain directory trees
+//! (unit-test fixtures), where control files do not pre-exist: writing creates them, and
+//! directories holding files are emptied before removal.
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::files::{self, CgroupVersion, Controller, PlannedWrite};
+use super::layout::{CgroupLayout, LayoutKind};
+use super::manager::{
+    CgroupError, CgroupManager, CgroupStats, CreateReport, DestroyReport, NameStyle, Skipped,
+    UpdateReport, Written,
+};
+use super::name::CgroupName;
+use super::resources::ResourceConfig;
+use super::{stats, v1, v2};
+
+/// How long [`CgroupManager::destroy`] retries a directory the kernel reports busy (its last
+/// tasks are still exiting).
+const BUSY_RETRY_FOR: Duration = Duration::from_secs(2);
+
+/// Where the managed hierarchies are mounted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hierarchies {
+    /// v1: mount point of each managed controller that is mounted (co-mounted controllers
+    /// share one).
+    V1(BTreeMap<Controller, PathBuf>),
+    /// v2: the unified mount point.
+    V2(PathBuf),
+}
+
+impl Hierarchies {
+    /// The managed hierarchies of a detected layout: v1 controllers on v1 and hybrid hosts
+    /// (hybrid hosts' cgroup2 mount holds no controllers), the unified mount otherwise.
+    pub fn from_layout(layout: &CgroupLayout) -> Result<Self, CgroupError> {
+        match layout.kind {
+            LayoutKind::V1 | LayoutKind::Hybrid => Ok(Self::V1(
+                Controller::ALL
+                    .into_iter()
+                    .filter_map(|c| layout.v1.get(c.name()).map(|p| (c, p.clone())))
+                    .collect(),
+            )),
+            LayoutKind::Unified => {
+                layout
+                    .unified
+                    .clone()
+                    .map(Self::V2)
+                    .ok_or_else(|| CgroupError::NoHierarchy {
+                        what: "the layout is unified but names no cgroup2 mount".to_owned(),
+                    })
+            }
+        }
+    }
+
+    /// The version these hierarchies speak.
+    #[must_use]
+    pub fn version(&self) -> CgroupVersion {
+        match self {
+            Self::V1(_) => CgroupVersion::V1,
+            Self::V2(_) => CgroupVersion::V2,
+        }
+    }
+
+    /// Where a controller's hierarchy is mounted, if it is.
+    #[must_use]
+    pub fn mount(&self, controller: Controller) -> Option<&Path> {
+        match self {
+            Self::V1(mounts) => mounts.get(&controller).map(PathBuf::as_path),
+            Self::V2(mount) => Some(mount),
+        }
+    }
+
+    /// Managed controllers without a mount (always empty on v2).
+    #[must_use]
+    pub fn unmounted(&self) -> Vec<Controller> {
+        match self {
+            Self::V1(mounts) => Controller::ALL
+                .into_iter()
+                .filter(|c| !mounts.contains_key(c))
+                .collect(),
+            Self::V2(_) => Vec::new(),
+        }
+    }
+
+    /// Each distinct mount point once, in controller order.
+    fn distinct_mounts(&self) -> Vec<&Path> {
+        match self {
+            Self::V1(mounts) => {
+                let mut seen = BTreeSet::new();
+                mounts
+                    .values()
+                    .filter(|p| seen.insert(p.as_path()))
+                    .map(PathBuf::as_path)
+                    .collect()
+            }
+            Self::V2(mount) => vec![mount.as_path()],
+        }
+    }
+}
+
+/// Planned writes with their files, and the settings skipped.
+type Resolved = (Vec<(PathBuf, PlannedWrite)>, Vec<Skipped>);
+
+/// A [`CgroupManager`] over cgroupfs mounts.
+#[derive(Clone, Debug)]
+pub struct CgroupfsManager {
+    hierarchies: Hierarchies,
+    root: CgroupName,
+    style: NameStyle,
+    page_size: u64,
+}
+
+impl CgroupfsManager {
+    /// A manager of the cgroups at or below `root` in `hierarchies`, names spelled in `style`.
+    #[must_use]
+    pub fn new(hierarchies: Hierarchies, root: CgroupName, style: NameStyle) -> Self {
+        Self {
+            hierarchies,
+            root,
+            style,
+            page_size: system_page_size(),
+        }
+    }
+
+    /// The hierarchies managed.
+    #[must_use]
+    pub fn hierarchies(&self) -> &Hierarchies {
+        &self.hierarchies
+    }
+
+    fn check(&self, name: &CgroupName) -> Result<(), CgroupError> {
+        if name.starts_with(&self.root) {
+            Ok(())
+        } else {
+            Err(CgroupError::OutsideRoot {
+                name: name.to_string(),
+                root: self.root.to_string(),
+            })
+        }
+    }
+
+    /// The cgroup's directory under `mount`.
+    fn dir_in(&self, mount: &Path, name: &CgroupName) -> Result<PathBuf, CgroupError> {
+        let spelled = self.style.spell(name)?;
+        let relative = spelled.trim_start_matches('/');
+        Ok(if relative.is_empty() {
+            mount.to_path_buf()
+        } else {
+            mount.join(relative)
+        })
+    }
+
+    /// The names from the root (excluded when it is the hierarchy root) down to `name`.
+    fn owned_chain(&self, name: &CgroupName) -> Result<Vec<CgroupName>, CgroupError> {
+        let mut chain = Vec::new();
+        let mut current = self.root.clone();
+        if !current.is_root() {
+            chain.push(current.clone());
+        }
+        for component in &name.components()[self.root.len()..] {
+            current = current.child(component)?;
+            chain.push(current.clone());
+        }
+        Ok(chain)
+    }
+
+    fn plan(
+        &self,
+        name: &CgroupName,
+        config: &ResourceConfig,
+    ) -> Result<Vec<PlannedWrite>, CgroupError> {
+        files::plan(config, self.hierarchies.version(), self.page_size).map_err(|source| {
+            CgroupError::Files {
+                name: name.to_string(),
+                source,
+            }
+        })
+    }
+
+    /// Resolves each planned write to its file, or to a skip; fails for a missing required
+    /// controller before anything is written.
+    fn resolve(
+        &self,
+        name: &CgroupName,
+        planned: Vec<PlannedWrite>,
+    ) -> Result<Resolved, CgroupError> {
+        let mut targets = Vec::new();
+        let mut skipped = Vec::new();
+        let available = match &self.hierarchies {
+            Hierarchies::V2(mount) => {
+                let dir = self.dir_in(mount, name)?;
+                v2::read_controllers(&dir.join("cgroup.controllers"))?
+            }
+            Hierarchies::V1(_) => None,
+        };
+        for write in planned {
+            let unavailable = match (&self.hierarchies, self.hierarchies.mount(write.controller)) {
+                (Hierarchies::V1(_), None) => Some("not mounted".to_owned()),
+                (Hierarchies::V2(_), _)
+                    if available
+                        .as_ref()
+                        .is_some_and(|a| !a.contains(write.controller.name())) =>
+                {
+                    Some("not enabled in the parent's cgroup.subtree_control".to_owned())
+                }
+                _ => None,
+            };
+            if let Some(reason) = unavailable {
+                if write.controller.is_required() {
+                    return Err(CgroupError::ControllerMissing {
+                        name: name.to_string(),
+                        setting: write.setting,
+                        controller: write.controller,
+                        reason,
+                    });
+                }
+                skipped.push(Skipped {
+                    setting: write.setting,
+                    controller: write.controller,
+                    reason,
+                });
+                continue;
+            }
+            let Some(mount) = self.hierarchies.mount(write.controller) else {
+                continue;
+            };
+            let path = self.dir_in(mount, name)?.join(&write.file);
+            targets.push((path, write));
+        }
+        Ok((targets, skipped))
+    }
+}
+
+impl CgroupManager for CgroupfsManager {
+    fn version(&self) -> CgroupVersion {
+        self.hierarchies.version()
+    }
+
+    fn root(&self) -> &CgroupName {
+        &self.root
+    }
+
+    fn name(&self, name: &CgroupName) -> Result<String, CgroupError> {
+        Ok(self.style.spell(name)?)
+    }
+
+    fn cgroup_name(&self, path: &str) -> Result<CgroupName, CgroupError> {
+        Ok(self.style.parse(path)?)
+    }
+
+    fn paths(&self, name: &CgroupName) -> Result<BTreeMap<Controller, PathBuf>, CgroupError> {
+        self.check(name)?;
+        let mut paths = BTreeMap::new();
+        for controller in Controller::ALL {
+            if let Some(mount) = self.hierarchies.mount(controller) {
+                paths.insert(controller, self.dir_in(mount, name)?);
+            }
+        }
+        Ok(paths)
+    }
+
+    fn exists(&self, name: &CgroupName) -> Result<bool, CgroupError> {
+        self.check(name)?;
+        let mounts = self.hierarchies.distinct_mounts();
+        if mounts.is_empty() {
+            return Ok(false);
+        }
+        for mount in mounts {
+            if !self.dir_in(mount, name)?.is_dir() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn create(
+        &self,
+        name: &CgroupName,
+        config: &ResourceConfig,
+    ) -> Result<CreateReport, CgroupError> {
+        self.check(name)?;
+        // Refuse unsupported settings before touching anything.
+        self.plan(name, config)?;
+        let chain = self.owned_chain(name)?;
+        let mut report = CreateReport {
+            unmounted: self.hierarchies.unmounted(),
+            ..CreateReport::default()
+        };
+        for mount in self.hierarchies.distinct_mounts() {
+            for link in &chain {
+                let dir = self.dir_in(mount, link)?;
+                match std::fs::create_dir(&dir) {
+                    Ok(()) => report.created.push(dir),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+                    Err(source) => return Err(CgroupError::Mkdir { path: dir, source }),
+                }
+            }
+        }
+        match &self.hierarchies {
+            Hierarchies::V1(mounts) => {
+                if let Some(cpuset) = mounts.get(&Controller::Cpuset) {
+                    let dirs = chain
+                        .iter()
+                        .map(|link| self.dir_in(cpuset, link))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    report.written.extend(v1::inherit_cpusets(&dirs)?);
+                }
+            }
+            Hierarchies::V2(mount) => {
+                let target = self.dir_in(mount, name)?;
+                report
+                    .written
+                    .extend(v2::enable_controllers(mount, &target)?);
+            }
+        }
+        let update = self.update(name, config)?;
+        report.written.extend(update.written);
+        report.skipped = update.skipped;
+        Ok(report)
+    }
+
+    fn update(
+        &self,
+        name: &CgroupName,
+        config: &ResourceConfig,
+    ) -> Result<UpdateReport, CgroupError> {
+        self.check(name)?;
+        let planned = self.plan(name, config)?;
+        let (targets, skipped) = self.resolve(name, planned)?;
+        let mut written = Vec::new();
+        // The kernel rejects some values until a related file changes (a quota below the
+        // current burst, a period that makes the current quota invalid), so writes refused
+        // with EINVAL are retried once after all others.
+        let mut deferred = Vec::new();
+        for (path, write) in targets {
+            if let Some(current) = read_optional(&path)?
+                && write.is_satisfied_by(&current)
+            {
+                continue;
+            }
+            match write_file(&path, &write.value) {
+                Ok(()) => written.push(Written {
+                    path,
+                    value: write.value,
+                }),
+                Err(CgroupError::Write { source, .. })
+                    if source.raw_os_error() == Some(libc::EINVAL) =>
+                {
+                    deferred.push((path, write));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for (path, write) in deferred {
+            write_file(&path, &write.value)?;
+            written.push(Written {
+                path,
+                value: write.value,
+            });
+        }
+        Ok(UpdateReport { written, skipped })
+    }
+
+    fn destroy(&self, name: &CgroupName) -> Result<DestroyReport, CgroupError> {
+        self.check(name)?;
+        let mut report = DestroyReport::default();
+        let mut first_error = None;
+        for mount in self.hierarchies.distinct_mounts() {
+            let dir = self.dir_in(mount, name)?;
+            if dir == mount {
+                return Err(CgroupError::HierarchyRoot { path: dir });
+            }
+            let mut dirs = Vec::new();
+            collect_dirs(&dir, 0, &mut dirs)?;
+            // Deepest first.
+            dirs.sort_by_key(|(_, depth)| std::cmp::Reverse(*depth));
+            for (path, _) in dirs {
+                match remove_cgroup_dir(&path) {
+                    Ok(true) => report.removed.push(path),
+                    Ok(false) => {}
+                    Err(e) => {
+                        // Keep going in the other hierarchies; report the first failure.
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
+        self.check(name)?;
+        let mut pids = BTreeSet::new();
+        for mount in self.hierarchies.distinct_mounts() {
+            let mut dirs = Vec::new();
+            collect_dirs(&self.dir_in(mount, name)?, 0, &mut dirs)?;
+            for (dir, _) in dirs {
+                let path = dir.join("cgroup.procs");
+                let Some(text) = read_optional(&path)? else {
+                    continue;
+                };
+                for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                    let pid = line.parse::<u32>().map_err(|_| CgroupError::Procs {
+                        path: path.clone(),
+                        line: line.to_owned(),
+                    })?;
+                    pids.insert(pid);
+                }
+            }
+        }
+        Ok(pids.into_iter().collect())
+    }
+
+    fn attach(&self, name: &CgroupName, pid: u32) -> Result<Vec<PathBuf>, CgroupError> {
+        self.check(name)?;
+        let mut written = Vec::new();
+        for mount in self.hierarchies.distinct_mounts() {
+            let path = self.dir_in(mount, name)?.join("cgroup.procs");
+            write_file(&path, &pid.to_string())?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+
+    fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError> {
+        let paths = self.paths(name)?;
+        if let Some(missing) = paths.values().find(|p| !p.is_dir()) {
+            return Err(CgroupError::Missing {
+                name: name.to_string(),
+                path: missing.clone(),
+            });
+        }
+        let dir = |c: Controller| paths.get(&c).map(PathBuf::as_path);
+        Ok(match &self.hierarchies {
+            Hierarchies::V1(_) => CgroupStats {
+                cpu: stats::read_cpu_v1(dir(Controller::Cpu), dir(Controller::Cpuacct))?,
+                memory: dir(Controller::Memory)
+                    .map(stats::read_memory_stat)
+                    .transpose()?
+                    .flatten(),
+                numa: dir(Controller::Memory)
+                    .map(stats::read_numa_stat)
+                    .transpose()?
+                    .flatten(),
+                cpuset: dir(Controller::Cpuset)
+                    .map(stats::read_effective_cpuset_v1)
+                    .transpose()?
+                    .flatten(),
+            },
+            Hierarchies::V2(mount) => {
+                let dir = self.dir_in(mount, name)?;
+                CgroupStats {
+                    cpu: stats::read_cpu_v2(&dir)?,
+                    memory: stats::read_memory_stat(&dir)?,
+                    numa: stats::read_numa_stat(&dir)?,
+                    cpuset: stats::read_effective_cpuset_v2(&dir)?,
+                }
+            }
+        })
+    }
+}
+
+/// Reads a file; `None` when it does not exist.
+pub(super) fn read_optional(path: &Path) -> Result<Option<String>, CgroupError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(CgroupError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Writes `value` with a single write (cgroup files take one value per write). An empty value
+/// is written as a newline, which the kernel reads as "clear". In a fixture tree the file is
+/// created; in cgroupfs it already exists.
+pub(super) fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
+    let data = if value.is_empty() { "\n" } else { value };
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(data.as_bytes()));
+    result.map_err(|source| CgroupError::Write {
+        path: path.to_owned(),
+        value: value.to_owned(),
+        source,
+    })
+}
+
+/// `dir` and every directory below it, with their depth; nothing when `dir` does not exist.
+/// Symbolic links are not followed.
+fn collect_dirs(
+    dir: &Path,
+    depth: usize,
+    out: &mut Vec<(PathBuf, usize)>,
+) -> Result<(), CgroupError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(CgroupError::Read {
+                path: dir.to_owned(),
+                source,
+            });
+        }
+    };
+    out.push((dir.to_owned(), depth));
+    for entry in entries {
+        let entry = entry.map_err(|source| CgroupError::Read {
+            path: dir.to_owned(),
+            source,
+        })?;
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => collect_dirs(&entry.path(), depth + 1, out)?,
+            Ok(_) => {}
+            // Removed meanwhile.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(CgroupError::Read {
+                    path: entry.path(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes one cgroup directory: `Ok(false)` if it was already gone. EBUSY (tasks still being
+/// reaped) is retried for [`BUSY_RETRY_FOR`]. ENOTEMPTY happens only in fixture trees (cgroupfs
+/// answers EBUSY for child cgroups and ignores control files): their plain files are removed
+/// and the removal retried.
+fn remove_cgroup_dir(path: &Path) -> Result<bool, CgroupError> {
+    let deadline = Instant::now() + BUSY_RETRY_FOR;
+    let mut delay = Duration::from_millis(10);
+    let mut emptied = false;
+    loop {
+        let error = match std::fs::remove_dir(path) {
+            Ok(()) => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => e,
+        };
+        match error.raw_os_error() {
+            Some(libc::ENOTEMPTY) if !emptied => {
+                remove_plain_files(path)?;
+                emptied = true;
+            }
+            Some(libc::EBUSY) if Instant::now() < deadline => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(100));
+            }
+            _ => {
+                return Err(CgroupError::Remove {
+                    path: path.to_owned(),
+                    source: error,
+                });
+            }
+        }
+    }
+}
+
+fn remove_plain_files(dir: &Path) -> Result<(), CgroupError> {
+    let remove_error = |path: &Path, source| CgroupError::Remove {
+        path: path.to_owned(),
+        source,
+    };
+    for entry in std::fs::read_dir(dir).map_err(|e| remove_error(dir, e))? {
+        let entry = entry.map_err(|e| remove_error(dir, e))?;
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            let path = entry.path();
+            std::fs::remove_file(&path).map_err(|e| remove_error(&path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The kernel's page size, the granularity of memory limits.
+fn system_page_size() -> u64 {
+    // SAFETY: sysconf only reads a configuration value; it has no memory-safety preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::fs;
+
+    use super::*;
+    use crate::cgroup::cpuset::CpuSet;
+    use crate::cgroup::files::{FilesError, Setting};
+    use crate::cgroup::resources::{Limit, milli_cpu_to_quota, milli_cpu_to_shares};
+
+    const PAGE: u64 = 4096;
+    const MB2: u64 = 2 << 20;
+
+    fn name(components: &[&str]) -> CgroupName {
+        CgroupName::new(components.iter().copied()).unwrap()
+    }
+
+    fn read(path: &Path) -> String {
+        fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .trim()
+            .to_owned()
+    }
+
+    fn written(pairs: &[(&Path, &str, &str)]) -> Vec<Written> {
+        pairs
+            .iter()
+            .map(|(dir, file, value)| Written {
+                path: dir.join(file),
+                value: (*value).to_owned(),
+            })
+            .collect()
+    }
+
+    /// A v1 fixture like this host's: separate cpu, cpuacct, cpuset, memory and pids
+    /// hierarchies, no hugetlb; the cpuset root lists CPUs 0-3 and node 0.
+    struct V1Fixture {
+        _dir: tempfile::TempDir,
+        mounts: BTreeMap<Controller, PathBuf>,
+    }
+
+    impl V1Fixture {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let mut mounts = BTreeMap::new();
+            for c in [
+                Controller::Cpu,
+                Controller::Cpuacct,
+                Controller::Cpuset,
+                Controller::Memory,
+                Controller::Pids,
+            ] {
+                let mount = dir.path().join(c.name());
+                fs::create_dir(&mount).unwrap();
+                mounts.insert(c, mount);
+            }
+            fs::write(mounts[&Controller::Cpuset].join("cpuset.cpus"), "0-3\n").unwrap();
+            fs::write(mounts[&Controller::Cpuset].join("cpuset.mems"), "0\n").unwrap();
+            Self { _dir: dir, mounts }
+        }
+
+        fn manager(&self, root: &CgroupName, style: NameStyle) -> CgroupfsManager {
+            let mut m =
+                CgroupfsManager::new(Hierarchies::V1(self.mounts.clone()), root.clone(), style);
+            m.page_size = PAGE;
+            m
+        }
+
+        fn mount(&self, c: Controller) -> &Path {
+            &self.mounts[&c]
+        }
+    }
+
+    fn pod_config() -> ResourceConfig {
+        let period = 100_000;
+        ResourceConfig {
+            cpu_shares: Some(milli_cpu_to_shares(250)),
+            cpu_quota: Some(Limit::Value(
+                u64::try_from(milli_cpu_to_quota(500, period)).unwrap(),
+            )),
+            cpu_period: Some(period),
+            cpuset_cpus: Some(CpuSet::parse("1").unwrap()),
+            memory_limit: Some(Limit::Value(64 << 20)),
+            pids_limit: Some(Limit::Value(64)),
+            hugetlb_limits: BTreeMap::from([(MB2, Limit::Value(4 << 20))]),
+            ..ResourceConfig::default()
+        }
+    }
+
+    #[test]
+    fn v1_create_makes_every_hierarchy_inherits_cpusets_and_writes_the_config() {
+        let fx = V1Fixture::new();
+        let root = name(&["qosd-test"]);
+        let m = fx.manager(&root, NameStyle::Cgroupfs);
+        let pod = root.join(["kubepods", "burstable", "pod-1"]).unwrap();
+        let report = m.create(&pod, &pod_config()).unwrap();
+
+        assert_eq!(report.unmounted, vec![Controller::Hugetlb]);
+        assert_eq!(report.created.len(), 4 * 5, "{:#?}", report.created);
+        for mount in fx.mounts.values() {
+            assert!(mount.join("qosd-test/kubepods/burstable/pod-1").is_dir());
+        }
+        assert_eq!(
+            report.skipped,
+            vec![Skipped {
+                setting: Setting::HugetlbLimit,
+                controller: Controller::Hugetlb,
+                reason: "not mounted".to_owned(),
+            }]
+        );
+        let cs = fx.mount(Controller::Cpuset);
+        let d = |mount: &Path, rel: &str| mount.join(rel);
+        let (r, k, b, p) = (
+            d(cs, "qosd-test"),
+            d(cs, "qosd-test/kubepods"),
+            d(cs, "qosd-test/kubepods/burstable"),
+            d(cs, "qosd-test/kubepods/burstable/pod-1"),
+        );
+        let cpu = d(
+            fx.mount(Controller::Cpu),
+            "qosd-test/kubepods/burstable/pod-1",
+        );
+        let mem = d(
+            fx.mount(Controller::Memory),
+            "qosd-test/kubepods/burstable/pod-1",
+        );
+        let pids = d(
+            fx.mount(Controller::Pids),
+            "qosd-test/kubepods/burstable/pod-1",
+        );
+        assert_eq!(
+            report.written,
+            written(&[
+                (&r, "cpuset.cpus", "0-3"),
+                (&r, "cpuset.mems", "0"),
+                (&k, "cpuset.cpus", "0-3"),
+                (&k, "cpuset.mems", "0"),
+                (&b, "cpuset.cpus", "0-3"),
+                (&b, "cpuset.mems", "0"),
+                (&p, "cpuset.cpus", "0-3"),
+                (&p, "cpuset.mems", "0"),
+                (&p, "cpuset.cpus", "1"),
+                (&cpu, "cpu.shares", "256"),
+                (&cpu, "cpu.cfs_period_us", "100000"),
+                (&cpu, "cpu.cfs_quota_us", "50000"),
+                (&mem, "memory.limit_in_bytes", "67108864"),
+                (&pids, "pids.max", "64"),
+            ])
+        );
+        assert_eq!(read(&cpu.join("cpu.shares")), "256");
+        assert_eq!(read(&p.join("cpuset.cpus")), "1");
+        assert_eq!(read(&b.join("cpuset.cpus")), "0-3");
+        assert!(m.exists(&pod).unwrap());
+        assert!(!m.exists(&pod.child("ctr").unwrap()).unwrap());
+        let paths = m.paths(&pod).unwrap();
+        assert_eq!(paths.len(), 5);
+        assert_eq!(paths[&Controller::Memory], mem);
+        assert_eq!(m.name(&pod).unwrap(), "/qosd-test/kubepods/burstable/pod-1");
+    }
+
+    #[test]
+    fn update_writes_only_what_differs() {
+        let fx = V1Fixture::new();
+        let root = name(&["qosd-test"]);
+        let m = fx.manager(&root, NameStyle::Cgroupfs);
+        let pod = root.child("pod-1").unwrap();
+        m.create(&pod, &pod_config()).unwrap();
+
+        let again = m.update(&pod, &pod_config()).unwrap();
+        assert_eq!(again.written, vec![], "an unchanged config writes nothing");
+
+        // Drift: someone edits two files; exactly those are rewritten.
+        let pids_max = fx.mount(Controller::Pids).join("qosd-test/pod-1/pids.max");
+        let shares = fx.mount(Controller::Cpu).join("qosd-test/pod-1/cpu.shares");
+        fs::write(&pids_max, "100\n").unwrap();
+        fs::write(&shares, "1024\n").unwrap();
+        let repaired = m.update(&pod, &pod_config()).unwrap();
+        assert_eq!(
+            repaired.written,
+            vec![
+                Written {
+                    path: shares,
+                    value: "256".to_owned()
+                },
+                Written {
+                    path: pids_max.clone(),
+                    value: "64".to_owned()
+                },
+            ]
+        );
+        assert_eq!(read(&pids_max), "64");
+
+        // The kernel's own spellings of equal values are not drift.
+        let limit = fx
+            .mount(Controller::Memory)
+            .join("qosd-test/pod-1/memory.limit_in_bytes");
+        let cpus = fx
+            .mount(Controller::Cpuset)
+            .join("qosd-test/pod-1/cpuset.cpus");
+        fs::write(&cpus, "1\n").unwrap();
+        let unlimited = ResourceConfig {
+            memory_limit: Some(Limit::Max),
+            ..ResourceConfig::default()
+        };
+        assert_eq!(m.update(&pod, &unlimited).unwrap().written.len(), 1);
+        fs::write(&limit, "9223372036854771712\n").unwrap();
+        assert_eq!(m.update(&pod, &unlimited).unwrap().written, vec![]);
+        let unaligned = ResourceConfig {
+            memory_limit: Some(Limit::Value(1_000_000)),
+            ..ResourceConfig::default()
+        };
+        fs::write(&limit, "999424\n").unwrap();
+        assert_eq!(m.update(&pod, &unaligned).unwrap().written, vec![]);
+    }
+
+    #[test]
+    fn v1_memory_protection_is_refused_before_anything_is_created() {
+        let fx = V1Fixture::new();
+        let root = name(&["qosd-test"]);
+        let m = fx.manager(&root, NameStyle::Cgroupfs);
+        let config = ResourceConfig {
+            memory_min: Some(1 << 20),
+            ..ResourceConfig::default()
+        };
+        let err = m.create(&root, &config).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                CgroupError::Files {
+                    source: FilesError::Unsupported {
+                        setting: Setting::MemoryMin,
+                        version: CgroupVersion::V1,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("/qosd-test"), "{err}");
+        assert!(!fx.mount(Controller::Cpu).join("qosd-test").exists());
+    }
+
+    #[test]
+    fn a_missing_required_controller_fails_and_optional_ones_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let cpuset = dir.path().join("cpuset");
+        fs::create_dir(&cpuset).unwrap();
+        let root = name(&["t"]);
+        let m = CgroupfsManager::new(
+            Hierarchies::V1(BTreeMap::from([(Controller::Cpuset, cpuset)])),
+            root.clone(),
+            NameStyle::Cgroupfs,
+        );
+        let pids_only = ResourceConfig {
+            pids_limit: Some(Limit::Value(5)),
+            ..ResourceConfig::default()
+        };
+        let report = m.create(&root, &pids_only).unwrap();
+        assert_eq!(report.skipped.len(), 1);
+        assert_eq!(report.skipped[0].controller, Controller::Pids);
+        let memory = ResourceConfig {
+            memory_limit: Some(Limit::Value(1 << 20)),
+            ..ResourceConfig::default()
+        };
+        let err = m.update(&root, &memory).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CgroupError::ControllerMissing {
+                    controller: Controller::Memory,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("memory controller, which is not mounted"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn names_outside_the_root_and_the_hierarchy_root_are_refused() {
+        let fx = V1Fixture::new();
+        let root = name(&["qosd-test"]);
+        let m = fx.manager(&root, NameStyle::Cgroupfs);
+        let other = name(&["machine-owned"]);
+        fs::create_dir(fx.mount(Controller::Memory).join("machine-owned")).unwrap();
+        for result in [
+            m.create(&other, &ResourceConfig::default()).map(|_| ()),
+            m.update(&other, &ResourceConfig::default()).map(|_| ()),
+            m.destroy(&other).map(|_| ()),
+            m.pids(&other).map(|_| ()),
+            m.attach(&other, 1).map(|_| ()),
+        ] {
+            let err = result.unwrap_err();
+            assert!(matches!(err, CgroupError::OutsideRoot { .. }), "{err}");
+            assert!(err.to_string().contains("/machine-owned"), "{err}");
+        }
+        assert!(fx.mount(Controller::Memory).join("machine-owned").is_dir());
+
+        let unconfined = fx.manager(&CgroupName::root(), NameStyle::Cgroupfs);
+        let err = unconfined.destroy(&CgroupName::root()).unwrap_err();
+        assert!(matches!(err, CgroupError::HierarchyRoot { .. }), "{err}");
+        assert!(fx.mount(Controller::Cpu).is_dir());
+    }
+
+    #[test]
+    fn destroy_removes_everything_deepest_first_and_is_idempotent() {
+        let fx = V1Fixture::new();
+        let root = name(&["qosd-test"]);
+        let m = fx.manager(&root, NameStyle::Cgroupfs);
+        let pod = root.join(["kubepods", "pod-1"]).unwrap();
+        m.create(&pod, &pod_config()).unwrap();
+        // A container cgroup made by someone else below the pod is removed too.
+        fs::create_dir(
+            fx.mount(Controller::Cpu)
+                .join("qosd-test/kubepods/pod-1/ctr"),
+        )
+        .unwrap();
+        let report = m.destroy(&root).unwrap();
+        assert_eq!(report.removed.len(), 3 * 5 + 1);
+        let cpu = fx.mount(Controller::Cpu);
+        let order: Vec<_> = report
+            .removed
+            .iter()
+            .filter(|p| p.starts_with(cpu))
+            .cloned()
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                cpu.join("qosd-test/kubepods/pod-1/ctr"),
+                cpu.join("qosd-test/kubepods/pod-1"),
+                cpu.join("qosd-test/kubepods"),
+                cpu.join("qosd-test"),
+            ]
+        );
+        for mount in fx.mounts.values() {
+            assert!(!mount.join("qosd-test").exists(), "{}", mount.display());
+        }
+        assert_eq!(
+            read(&fx.mount(Controller::Cpuset).join("cpuset.cpus")),
+            "0-3"
+        );
+        assert_eq!(m.destroy(&root).unwrap(), DestroyReport::default());
+        assert!(!m.exists(&root).unwrap());
+    }
+
+    #[test]
+    fn pids_are_the_union_over_hierarchies_and_descendants() {
+        let fx = V1Fixture::new();
+        let root = name(&["qosd-test"]);
+        let m = fx.manager(&root, NameStyle::Cgroupfs);
+        let pod = root.child("pod-1").unwrap();
+        m.create(&pod, &ResourceConfig::default()).unwrap();
+        let cpu_pod = fx.mount(Controller::Cpu).join("qosd-test/pod-1");
+        fs::create_dir(cpu_pod.join("ctr")).unwrap();
+        fs::write(cpu_pod.join("cgroup.procs"), "42\n7\n").unwrap();
+        fs::write(cpu_pod.join("ctr/cgroup.procs"), "99\n").unwrap();
+        fs::write(
+            fx.mount(Controller::Memory)
+                .join("qosd-test/pod-1/cgroup.procs"),
+            "7\n42\n1000\n",
+        )
+        .unwrap();
+        assert_eq!(m.pids(&pod).unwrap(), vec![7, 42, 99, 1000]);
+        assert_eq!(
+            m.pids(&root.child("gone").unwrap()).unwrap(),
+            Vec::<u32>::new()
+        );
+
+        let written = m.attach(&pod, 4242).unwrap();
+        assert_eq!(written.len(), 5);
+        assert_eq!(read(&written[0]), "4242");
+
+        fs::write(cpu_pod.join("cgroup.procs"), "12x\n").unwrap();
+        let err = m.pids(&pod).unwrap_err();
+        assert!(err.to_string().contains("12x"), "{err}");
+        assert!(err.to_string().contains("cgroup.procs"), "{err}");
+    }
+
+    #[test]
+    fn write_errors_name_the_file_and_carry_the_io_error() {
+        let fx = V1Fixture::new();
+        let root = name(&["qosd-test"]);
+        let m = fx.manager(&root, NameStyle::Cgroupfs);
+        m.create(&root, &ResourceConfig::default()).unwrap();
+        let shares = fx.mount(Controller::Cpu).join("qosd-test/cpu.shares");
+        fs::create_dir(&shares).unwrap();
+        let config = ResourceConfig {
+            cpu_shares: Some(512),
+            ..ResourceConfig::default()
+        };
+        let err = m.update(&root, &config).unwrap_err();
+        assert!(
+            err.to_string().contains(&shares.display().to_string()),
+            "{err}"
+        );
+        assert!(std::error::Error::source(&err).is_some(), "{err:?}");
+        // A missing parent cgroup: mkdir fails and names the directory.
+        let orphan = CgroupfsManager::new(
+            Hierarchies::V1(BTreeMap::from([(
+                Controller::Cpu,
+                fx._dir.path().join("not-mounted"),
+            )])),
+            root.clone(),
+            NameStyle::Cgroupfs,
+        );
+        let err = orphan
+            .create(&root, &ResourceConfig::default())
+            .unwrap_err();
+        assert!(matches!(err, CgroupError::Mkdir { .. }), "{err}");
+        assert!(err.to_string().contains("not-mounted/qosd-test"), "{err}");
+    }
+
+    #[test]
+    fn systemd_spelling_on_cgroupfs() {
+        let fx = V1Fixture::new();
+        let root = name(&["qosd-test"]);
+        let m = fx.manager(&root, NameStyle::Systemd);
+        let pod = root.join(["kubepods", "pod-12-34"]).unwrap();
+        m.create(&pod, &ResourceConfig::default()).unwrap();
+        let spelled =
+            "/qosd_test.slice/qosd_test-kubepods.slice/qosd_test-kubepods-pod_12_34.slice";
+        assert_eq!(m.name(&pod).unwrap(), spelled);
+        assert!(fx.mount(Controller::Memory).join(&spelled[1..]).is_dir());
+        assert_eq!(m.cgroup_name(spelled).unwrap(), pod);
+        assert_eq!(m.destroy(&root).unwrap().removed.len(), 3 * 5);
+    }
+
+    /// A v2 fixture: the mount root offers the controllers of the test guests.
+    fn v2_fixture() -> (tempfile::TempDir, CgroupfsManager, CgroupName) {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join("cgroup.controllers"),
+            "cpuset cpu io memory hugetlb pids\n",
+        )
+        .unwrap();
+        fs::write(dir.path().join("cgroup.subtree_control"), "memory\n").unwrap();
+        let root = name(&["qosd-test"]);
+        let mut m = CgroupfsManager::new(
+            Hierarchies::V2(dir.path().to_owned()),
+            root.clone(),
+            NameStyle::Cgroupfs,
+        );
+        m.page_size = PAGE;
+        (dir, m, root)
+    }
+
+    #[test]
+    fn v2_create_enables_controllers_top_down_and_writes_unified_files() {
+        let (dir, m, root) = v2_fixture();
+        let mount = dir.path();
+        let report = m.create(&root, &ResourceConfig::default()).unwrap();
+        assert_eq!(report.unmounted, vec![]);
+        assert_eq!(
+            report.written,
+            written(&[(
+                mount,
+                "cgroup.subtree_control",
+                "+cpu +cpuset +pids +hugetlb"
+            )])
+        );
+        // Play the kernel's part: the write added to the enabled set, and the root now offers
+        // what its parent enables (hugetlb left out here, as if the guest lacked it).
+        fs::write(
+            mount.join("cgroup.subtree_control"),
+            "cpuset cpu memory pids hugetlb\n",
+        )
+        .unwrap();
+        fs::write(
+            mount.join("qosd-test/cgroup.controllers"),
+            "cpuset cpu memory pids\n",
+        )
+        .unwrap();
+
+        let pod = root.join(["kubepods", "pod-1"]).unwrap();
+        let mut config = pod_config();
+        config.memory_min = Some(32 << 20);
+        config.memory_high = Some(Limit::Max);
+        let report = m.create(&pod, &config).unwrap();
+        let r = mount.join("qosd-test");
+        let p = mount.join("qosd-test/kubepods/pod-1");
+        assert_eq!(
+            report.written,
+            written(&[
+                (&r, "cgroup.subtree_control", "+cpu +cpuset +memory +pids"),
+                (&p, "cpuset.cpus", "1"),
+                (&p, "cpu.weight", "10"),
+                (&p, "cpu.max", "50000 100000"),
+                (&p, "memory.min", "33554432"),
+                (&p, "memory.high", "max"),
+                (&p, "memory.max", "67108864"),
+                (&p, "pids.max", "64"),
+                (&p, "hugetlb.2MB.max", "4194304"),
+            ])
+        );
+        assert_eq!(read(&p.join("cpu.max")), "50000 100000");
+        assert_eq!(m.update(&pod, &config).unwrap().written, vec![]);
+        // Enabling is idempotent too.
+        assert_eq!(
+            m.create(&pod, &config).unwrap(),
+            CreateReport::default(),
+            "creating again changes nothing"
+        );
+        assert_eq!(m.paths(&pod).unwrap()[&Controller::Cpuacct], p);
+    }
+
+    #[test]
+    fn v2_controllers_missing_from_the_cgroup_are_skipped_or_fatal() {
+        let (dir, m, root) = v2_fixture();
+        m.create(&root, &ResourceConfig::default()).unwrap();
+        fs::write(
+            dir.path().join("qosd-test/cgroup.controllers"),
+            "cpu memory\n",
+        )
+        .unwrap();
+        let config = ResourceConfig {
+            cpuset_cpus: Some(CpuSet::parse("0").unwrap()),
+            pids_limit: Some(Limit::Max),
+            memory_limit: Some(Limit::Max),
+            ..ResourceConfig::default()
+        };
+        let report = m.update(&root, &config).unwrap();
+        let skipped: Vec<_> = report.skipped.iter().map(|s| s.controller).collect();
+        assert_eq!(skipped, vec![Controller::Cpuset, Controller::Pids]);
+        assert_eq!(
+            report.written,
+            written(&[(&dir.path().join("qosd-test"), "memory.max", "max")])
+        );
+        fs::write(dir.path().join("qosd-test/cgroup.controllers"), "pids\n").unwrap();
+        let err = m.update(&root, &config).unwrap_err();
+        assert!(
+            matches!(err, CgroupError::ControllerMissing { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("subtree_control"), "{err}");
+    }
+
+    #[test]
+    fn stats_from_fixture_trees() {
+        let fx = V1Fixture::new();
+        let root = name(&["qosd-test"]);
+        let m = fx.manager(&root, NameStyle::Cgroupfs);
+        let err = m.stats(&root).unwrap_err();
+        assert!(matches!(err, CgroupError::Missing { .. }), "{err}");
+        m.create(&root, &ResourceConfig::default()).unwrap();
+        let at = |c: Controller, f: &str| fx.mount(c).join("qosd-test").join(f);
+        fs::write(
+            at(Controller::Cpu, "cpu.stat"),
+            "nr_periods 10\nnr_throttled 2\nthrottled_time 5000\n",
+        )
+        .unwrap();
+        fs::write(at(Controller::Cpuacct, "cpuacct.usage"), "123456789\n").unwrap();
+        fs::write(
+            at(Controller::Memory, "memory.stat"),
+            "cache 4096\nrss 8192\n",
+        )
+        .unwrap();
+        fs::write(
+            at(Controller::Memory, "memory.numa_stat"),
+            "total=3 N0=3\nhierarchical_total=3 N0=3\n",
+        )
+        .unwrap();
+        fs::write(at(Controller::Cpuset, "cpuset.effective_cpus"), "0-1\n").unwrap();
+        fs::write(at(Controller::Cpuset, "cpuset.effective_mems"), "0\n").unwrap();
+        let stats = m.stats(&root).unwrap();
+        let cpu = stats.cpu.unwrap();
+        assert_eq!(cpu.usage_ns, Some(123_456_789));
+        assert_eq!(cpu.throttled_ns, Some(5000));
+        assert_eq!(stats.memory.unwrap()["rss"], 8192);
+        assert_eq!(stats.numa.unwrap().entries.len(), 2);
+        assert_eq!(stats.cpuset.unwrap().cpus, vec![0, 1]);
+
+        let (dir, m2, root2) = v2_fixture();
+        m2.create(&root2, &ResourceConfig::default()).unwrap();
+        fs::write(
+            dir.path().join("qosd-test/cpu.stat"),
+            "usage_usec 7\nuser_usec 5\nsystem_usec 2\n",
+        )
+        .unwrap();
+        let stats = m2.stats(&root2).unwrap();
+        assert_eq!(stats.cpu.unwrap().usage_ns, Some(7000));
+        assert_eq!(stats.memory, None);
+    }
+}

@@ -1,0 +1,227 @@
+//! Standalone mode: builds the container manager from the KubeletConfiguration and the
+//! machine, feeds it pods from the manifest directory, and drives it on its own thread:
+//! container supervision every 100 ms, the manifest directory every second, reconcile every
+//! period. Stopping the thread stops every container and removes every cgroup it created.
+use std::path::PathBuf;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::cgroup::manager::NameStyle;
+use crate::cgroup::name::{CgroupName, NameError};
+use crate::cgroup::resources::{Limit, ResourceConfig, milli_cpu_to_shares};
+use crate::cgroup::{CgroupError, CgroupLayout, CgroupfsManager, Hierarchies};
+use crate::cm::allocatable::{self, AllocatableError, NodeAllocatableConfig};
+use crate::cm::capacity::{CapacityError, MachineInfo};
+use crate::cm::index::WorkloadIndex;
+use crate::cm::manager::{ContainerManager, ManagerError, ManagerOptions};
+use crate::cm::metrics::CmMetrics;
+use crate::cm::pod_resources::PodCgroupPolicy;
+use crate::config::kubelet::{
+    CgroupDriver, ConfigError, KubeletConfiguration, load_kubelet_config,
+};
+use crate::metrics::server::InspectText;
+use crate::pods::manifest::{ManifestError, ManifestWatcher};
+use crate::runtime::backoff::Backoff;
+
+/// How often the manifest directory is rescanned.
+const MANIFEST_POLL: Duration = Duration::from_secs(1);
+/// How often containers are reaped and restarted.
+const TICK: Duration = Duration::from_millis(100);
+
+/// What standalone mode needs from the command line.
+#[derive(Clone, Debug)]
+pub struct StandaloneOptions {
+    pub manifest_dir: PathBuf,
+    pub kubelet_config: Option<PathBuf>,
+    /// Overrides `cgroupRoot`.
+    pub cgroup_root: Option<String>,
+    pub reconcile_period: Duration,
+    pub log_dir: Option<PathBuf>,
+}
+
+/// Errors that keep standalone mode from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StandaloneError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cgroup root {root:?}: {source}")]
+    Root {
+        root: String,
+        #[source]
+        source: NameError,
+    },
+    #[error(transparent)]
+    Cgroups(#[from] CgroupError),
+    #[error("machine capacity: {0}")]
+    Capacity(#[from] CapacityError),
+    #[error("node allocatable: {0}")]
+    Allocatable(#[from] AllocatableError),
+    #[error(transparent)]
+    Manager(#[from] ManagerError),
+    #[error(transparent)]
+    Manifests(#[from] ManifestError),
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("starting the container manager thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// A running container manager thread.
+pub struct Standalone {
+    stop: mpsc::Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl Standalone {
+    /// Builds everything and starts the thread.
+    pub fn start(
+        options: &StandaloneOptions,
+        layout: &CgroupLayout,
+        registry: &prometheus::Registry,
+        index: WorkloadIndex,
+        inspect: InspectText,
+    ) -> Result<Self, StandaloneError> {
+        let config = match &options.kubelet_config {
+            Some(path) => {
+                let loaded = load_kubelet_config(path)?;
+                for field in &loaded.unsupported_fields {
+                    tracing::warn!(file = %path.display(), field, "KubeletConfiguration field not supported by qosd; ignored");
+                }
+                loaded.config
+            }
+            None => KubeletConfiguration::default(),
+        };
+        let root_text = options
+            .cgroup_root
+            .clone()
+            .unwrap_or_else(|| config.cgroup_root.clone());
+        let root =
+            CgroupName::parse_cgroupfs(&root_text).map_err(|source| StandaloneError::Root {
+                root: root_text.clone(),
+                source,
+            })?;
+        let style = match config.cgroup_driver {
+            CgroupDriver::Cgroupfs => NameStyle::Cgroupfs,
+            CgroupDriver::Systemd => {
+                tracing::warn!(
+                    "cgroupDriver systemd: slices are named like systemd's but written through cgroupfs (no D-Bus backend yet)"
+                );
+                NameStyle::Systemd
+            }
+        };
+        let cgroups = CgroupfsManager::new(Hierarchies::from_layout(layout)?, root.clone(), style);
+
+        let capacity = MachineInfo::host().capacity()?;
+        let allocatable_config = NodeAllocatableConfig::from_kubelet(&config);
+        allocatable::validate(&capacity, &allocatable_config)?;
+        let node = allocatable::node_allocatable(&capacity, &allocatable_config);
+        let enforcement = allocatable::enforcement(&capacity, &allocatable_config)?;
+        let metrics = CmMetrics::register(registry)?;
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "gauge of cores; millicores far below 2^53"
+        )]
+        let cores = node.milli_cpu as f64 / 1000.0;
+        metrics
+            .node_allocatable
+            .with_label_values(&["cpu"])
+            .set(cores.round() as i64);
+        metrics
+            .node_allocatable
+            .with_label_values(&["memory"])
+            .set(node.memory_bytes);
+        metrics
+            .node_allocatable
+            .with_label_values(&["pods"])
+            .set(node.pods);
+        if let Some(pids) = node.pids {
+            metrics
+                .node_allocatable
+                .with_label_values(&["pid"])
+                .set(pids);
+        }
+        tracing::info!(?capacity, ?node, "node allocatable");
+
+        let mut kubepods = ResourceConfig::default();
+        if let Some(limits) = &enforcement.kubepods {
+            kubepods.cpu_shares = limits.milli_cpu.map(milli_cpu_to_shares);
+            kubepods.memory_limit = limits.memory_bytes.map(Limit::from_signed);
+            kubepods.pids_limit = limits.pids.map(Limit::from_signed);
+        }
+        let policy = PodCgroupPolicy {
+            enforce_cpu_limits: config.cpu_cfs_quota,
+            cpu_period_us: u64::try_from(config.cpu_cfs_quota_period.as_micros())
+                .unwrap_or(100_000),
+            memory_qos: config.memory_qos() && layout.v1.is_empty(),
+            pod_pids_limit: config.pod_pids_limit,
+        };
+        let manager = ContainerManager::start(
+            Box::new(cgroups),
+            ManagerOptions {
+                root,
+                policy,
+                kubepods,
+                allocatable: node,
+                log_dir: options.log_dir.clone(),
+                backoff: Backoff::default(),
+            },
+            index,
+            metrics.clone(),
+        )?;
+        let watcher = ManifestWatcher::new(&options.manifest_dir)?;
+        let (stop, stopped) = mpsc::channel();
+        let period = options.reconcile_period;
+        let thread = std::thread::Builder::new()
+            .name("container-manager".into())
+            .spawn(move || run_loop(manager, watcher, &stopped, period, &metrics, &inspect))
+            .map_err(StandaloneError::Thread)?;
+        Ok(Self { stop, thread })
+    }
+
+    /// Stops every container and removes the cgroups; returns when done.
+    pub fn stop(self) {
+        // A send error means the thread already ended.
+        let _ = self.stop.send(());
+        if self.thread.join().is_err() {
+            tracing::error!("the container manager thread panicked");
+        }
+    }
+}
+
+fn run_loop(
+    mut manager: ContainerManager,
+    mut watcher: ManifestWatcher,
+    stopped: &mpsc::Receiver<()>,
+    period: Duration,
+    metrics: &CmMetrics,
+    inspect: &InspectText,
+) {
+    let mut last_poll: Option<Instant> = None;
+    let mut last_reconcile = Instant::now();
+    loop {
+        match stopped.recv_timeout(TICK) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        manager.tick();
+        if last_poll.is_none_or(|t| t.elapsed() >= MANIFEST_POLL) {
+            for event in watcher.poll() {
+                manager.handle(event);
+            }
+            for error in watcher.new_errors() {
+                tracing::warn!(error = %error, "manifest not admitted");
+                metrics.manifest_errors.inc();
+            }
+            last_poll = Some(Instant::now());
+            inspect.set(manager.render_tree());
+        }
+        if last_reconcile.elapsed() >= period {
+            manager.reconcile();
+            last_reconcile = Instant::now();
+        }
+    }
+    tracing::info!("stopping containers");
+    manager.shutdown(Duration::from_secs(60));
+    inspect.set(String::new());
+}

@@ -1,0 +1,297 @@
+//! The container manager end to end against real cgroupfs: manifests dropped into a watched
+//! directory become pod and container cgroups with kubelet's values, their processes run inside
+//! them, hand edits are corrected, a malformed manifest leaves the others running, and after
+//! SIGTERM nothing qosd created is left.
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use qosd::cgroup::CgroupLayout;
+
+use crate::agent::{Agent, sample_value};
+use crate::harness::{Context, Outcome, fail};
+
+const RECONCILE_SECONDS: u64 = 2;
+
+const GUARANTEED: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: guaranteed, namespace: systest, uid: 0f0e0d0c-0000-4000-8000-000000000001}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: spin
+    command: ["/bin/sh", "-c", "while :; do :; done"]
+    resources:
+      limits: {cpu: "1", memory: 128Mi}
+"#;
+
+const BURSTABLE: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: burstable, namespace: systest, uid: 0f0e0d0c-0000-4000-8000-000000000002}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: nap
+    command: ["/bin/sh", "-c", "while :; do sleep 1; done"]
+    resources:
+      requests: {cpu: 250m, memory: 64Mi}
+      limits: {cpu: 500m, memory: 128Mi}
+"#;
+
+const BEST_EFFORT: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: besteffort, namespace: systest, uid: 0f0e0d0c-0000-4000-8000-000000000003}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: nap
+    command: ["/bin/sh", "-c", "while :; do sleep 1; done"]
+"#;
+
+const MALFORMED: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: broken, namespace: systest}
+spec:
+  containers:
+  - name: c
+    command: ["/bin/true"]
+    resources:
+      limits: {cpu: "5x"}
+"#;
+
+/// Where the test's cgroups live in each hierarchy, and how to read a setting on this layout.
+struct Hierarchies {
+    layout: CgroupLayout,
+    root_name: String,
+}
+
+impl Hierarchies {
+    /// Mount points of the hierarchies the container manager writes.
+    fn mounts(&self) -> Vec<PathBuf> {
+        match &self.layout.unified {
+            Some(u) if self.layout.v1.is_empty() => vec![u.clone()],
+            _ => {
+                let mut mounts: Vec<PathBuf> = ["cpu", "cpuacct", "cpuset", "memory", "pids"]
+                    .iter()
+                    .filter_map(|c| self.layout.v1.get(*c).cloned())
+                    .collect();
+                mounts.dedup();
+                mounts
+            }
+        }
+    }
+
+    fn v2(&self) -> bool {
+        self.layout.v1.is_empty()
+    }
+
+    /// Path of `relative` (under the test root) in the hierarchy holding `controller`.
+    fn path(&self, controller: &str, relative: &str) -> PathBuf {
+        let mount = if self.v2() {
+            self.layout.unified.clone().unwrap_or_default()
+        } else {
+            self.layout.v1.get(controller).cloned().unwrap_or_default()
+        };
+        mount.join(&self.root_name).join(relative.trim_start_matches('/'))
+    }
+
+    fn read(&self, controller: &str, relative: &str, file: &str) -> Result<String, String> {
+        let path = self.path(controller, relative).join(file);
+        std::fs::read_to_string(&path).map(|s| s.trim().to_owned()).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// (controller, file, expected) for cpu weight and limit and memory limit on this layout.
+    fn expected(&self, shares: u64, quota_us: Option<u64>, memory: Option<u64>) -> Vec<(&'static str, &'static str, String)> {
+        if self.v2() {
+            let weight = 1 + ((shares - 2) * 9999) / 262_142;
+            vec![
+                ("cpu", "cpu.weight", weight.to_string()),
+                ("cpu", "cpu.max", quota_us.map_or("max 100000".to_owned(), |q| format!("{q} 100000"))),
+                ("memory", "memory.max", memory.map_or("max".to_owned(), |m| m.to_string())),
+            ]
+        } else {
+            let mut v = vec![
+                ("cpu", "cpu.shares", shares.to_string()),
+                ("cpu", "cpu.cfs_quota_us", quota_us.map_or("-1".to_owned(), |q| q.to_string())),
+            ];
+            if let Some(m) = memory {
+                v.push(("memory", "memory.limit_in_bytes", m.to_string()));
+            }
+            v
+        }
+    }
+
+    fn check(&self, relative: &str, expected: &[(&str, &str, String)]) -> Vec<String> {
+        expected
+            .iter()
+            .filter_map(|(controller, file, want)| match self.read(controller, relative, file) {
+                Ok(got) if &got == want => None,
+                Ok(got) => Some(format!("{relative}/{file} = {got}, want {want}")),
+                Err(e) => Some(e),
+            })
+            .collect()
+    }
+
+    /// Directories left under the test root in any hierarchy.
+    fn leftovers(&self) -> Vec<PathBuf> {
+        self.mounts().iter().map(|m| m.join(&self.root_name)).filter(|p| p.exists()).collect()
+    }
+}
+
+impl Drop for Hierarchies {
+    /// Last-resort cleanup when a case fails half-way: kill what is left, remove deepest first.
+    fn drop(&mut self) {
+        for root in self.leftovers() {
+            let mut dirs = Vec::new();
+            collect_dirs(&root, &mut dirs);
+            for dir in dirs.iter().rev() {
+                if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                    for pid in procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                        // SAFETY: kill(2) on pids listed in our own test cgroup.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            for dir in dirs.iter().rev() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_owned());
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_dirs(&e.path(), out);
+            }
+        }
+    }
+}
+
+fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() > deadline => return Err(format!("{what}: {e}")),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// Manifests in, cgroups with kubelet's values out, processes inside, drift corrected, bad
+/// manifest isolated, everything removed after SIGTERM.
+pub fn manifests_become_cgroups(ctx: &Context) -> Outcome {
+    match run(ctx) {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(e) => fail(e),
+    }
+}
+
+fn run(ctx: &Context) -> Result<String, String> {
+    let layout = CgroupLayout::detect().map_err(|e| e.to_string())?;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let h = Hierarchies { layout, root_name: format!("qosd-systest-pods-{}-{nanos}", std::process::id()) };
+    let manifests = std::env::temp_dir().join(format!("{}-manifests", h.root_name));
+    std::fs::create_dir_all(&manifests).map_err(|e| e.to_string())?;
+    let write = |name: &str, text: &str| std::fs::write(manifests.join(name), text).map_err(|e| format!("{name}: {e}"));
+    write("guaranteed.yaml", GUARANTEED)?;
+    write("burstable.yaml", BURSTABLE)?;
+
+    let args: Vec<String> = [
+        "--manifest-dir", &manifests.display().to_string(),
+        "--cgroup-root", &format!("/{}", h.root_name),
+        "--reconcile-period", &format!("{RECONCILE_SECONDS}s"),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
+    let fail_with_log = |e: String, agent: &Agent| format!("{e}\n{}", agent.log_tail());
+
+    let guaranteed = "kubepods/pod0f0e0d0c-0000-4000-8000-000000000001";
+    let burstable = "kubepods/burstable/pod0f0e0d0c-0000-4000-8000-000000000002";
+    let besteffort = "kubepods/besteffort/pod0f0e0d0c-0000-4000-8000-000000000003";
+    let mib128 = 128 * 1024 * 1024;
+    let checks = || -> Result<(), String> {
+        let mut problems = h.check(guaranteed, &h.expected(1024, Some(100_000), Some(mib128)));
+        problems.extend(h.check(&format!("{guaranteed}/spin"), &h.expected(1024, Some(100_000), Some(mib128))));
+        problems.extend(h.check(burstable, &h.expected(256, Some(50_000), Some(mib128))));
+        problems.extend(h.check("kubepods/burstable", &h.expected(256, None, None)[..1]));
+        problems.extend(h.check("kubepods/besteffort", &h.expected(2, None, None)[..1]));
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+    };
+    wait_for("pod cgroups with kubelet's values", Duration::from_secs(30), checks).map_err(|e| fail_with_log(e, &agent))?;
+
+    // Processes land in their container cgroups.
+    let procs_in = |relative: &str| -> Result<Vec<u32>, String> {
+        let text = h.read("cpu", relative, "cgroup.procs")?;
+        let pids: Vec<u32> = text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        if pids.is_empty() { Err(format!("no process in {relative}")) } else { Ok(pids) }
+    };
+    let spin_pids = wait_for("guaranteed container process", Duration::from_secs(20), || procs_in(&format!("{guaranteed}/spin")))
+        .map_err(|e| fail_with_log(e, &agent))?;
+    wait_for("burstable container process", Duration::from_secs(20), || procs_in(&format!("{burstable}/nap")))
+        .map_err(|e| fail_with_log(e, &agent))?;
+
+    // Drift: a hand-edited limit is put back within one reconcile period (plus slack).
+    let (drift_file, drift_value) = if h.v2() { ("cpu.max", "80000 100000") } else { ("cpu.cfs_quota_us", "80000") };
+    let drift_path = h.path("cpu", burstable).join(drift_file);
+    std::fs::write(&drift_path, drift_value).map_err(|e| format!("{}: {e}", drift_path.display()))?;
+    let drift_started = Instant::now();
+    wait_for("drift corrected", Duration::from_secs(RECONCILE_SECONDS * 3), || {
+        let problems = h.check(burstable, &h.expected(256, Some(50_000), Some(mib128)));
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+    })
+    .map_err(|e| fail_with_log(e, &agent))?;
+    let drift_took = drift_started.elapsed();
+
+    // A malformed manifest is reported and admitted pods keep running; a new good one lands.
+    write("broken.yaml", MALFORMED)?;
+    write("besteffort.yaml", BEST_EFFORT)?;
+    wait_for("besteffort pod", Duration::from_secs(30), || procs_in(&format!("{besteffort}/nap"))).map_err(|e| fail_with_log(e, &agent))?;
+    let text = agent.scrape()?;
+    let errors = text
+        .lines()
+        .filter(|l| l.starts_with("qosd_manifest_errors_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>();
+    if errors < 1.0 {
+        return Err(fail_with_log(format!("qosd_manifest_errors_total is {errors} after a malformed manifest"), &agent));
+    }
+    let still: Vec<u32> = procs_in(&format!("{guaranteed}/spin"))?;
+    if !spin_pids.iter().all(|p| still.contains(p)) {
+        return Err(format!("guaranteed container restarted after an unrelated bad manifest: {spin_pids:?} -> {still:?}"));
+    }
+    let pods = sample_value(&text, "qosd_pods", "qos_class=\"besteffort\"").unwrap_or(0.0);
+    if pods < 1.0 {
+        return Err(fail_with_log(format!("qosd_pods{{qos_class=\"besteffort\"}} is {pods}"), &agent));
+    }
+
+    // Removing a manifest removes its pod's processes and cgroups.
+    std::fs::remove_file(manifests.join("burstable.yaml")).map_err(|e| e.to_string())?;
+    wait_for("burstable pod removed", Duration::from_secs(30), || {
+        if h.path("cpu", burstable).exists() { Err("still there".into()) } else { Ok(()) }
+    })
+    .map_err(|e| fail_with_log(e, &agent))?;
+
+    // SIGTERM: containers stopped, every cgroup qosd created removed.
+    let (status, took) = agent.stop(libc::SIGTERM, Duration::from_secs(30))?;
+    let _ = std::fs::remove_dir_all(&manifests);
+    let left = h.leftovers();
+    if !status.success() || !left.is_empty() {
+        return Err(format!("after SIGTERM ({status}, {} ms): left behind {left:?}", took.as_millis()));
+    }
+    for pid in &spin_pids {
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(format!("container process {pid} survived qosd's shutdown"));
+        }
+    }
+    Ok(format!(
+        "3 pods placed with kubelet's values; drift corrected in {} ms; bad manifest counted; removal and shutdown left nothing ({} ms)",
+        drift_took.as_millis(),
+        took.as_millis()
+    ))
+}
