@@ -9,6 +9,7 @@
 //! - [`metrics`]: the Prometheus registry, collectors and the HTTP endpoint.
 //! - [`pods`]: pod model, QoS, quantities, pod sources.
 //! - [`runtime`]: the standalone runtime (container processes in their cgroups).
+//! - [`topology`]: machine topology (packages, NUMA nodes, cores, threads, caches) and NUMA masks.
 //! - [`standalone`]: standalone mode, the container manager fed from a manifest directory.
 //! - [`check`]: the `qosd check` report.
 //! - [`inspect`]: `qosd inspect`, the client side of the agent's `/inspect` endpoint.
@@ -24,3 +25,4 @@ pub mod pods;
 pub mod probes;
 pub mod runtime;
 pub mod standalone;
+pub mod topology;

@@ -11,7 +11,9 @@ use crate::cgroup::manager::NameStyle;
 use crate::cgroup::name::{CgroupName, NameError};
 use crate::cgroup::resources::{Limit, ResourceConfig, milli_cpu_to_shares};
 use crate::cgroup::{CgroupError, CgroupLayout, CgroupfsManager, Hierarchies};
-use crate::cm::allocatable::{self, AllocatableError, NodeAllocatableConfig};
+use crate::cm::allocatable::{
+    self, AllocatableError, CgroupLimits, NodeAllocatableConfig, ReservedCgroupLimits,
+};
 use crate::cm::capacity::{CapacityError, MachineInfo};
 use crate::cm::index::WorkloadIndex;
 use crate::cm::manager::{ContainerManager, ManagerError, ManagerOptions};
@@ -143,11 +145,20 @@ impl Standalone {
         }
         tracing::info!(?capacity, ?node, "node allocatable");
 
-        let mut kubepods = ResourceConfig::default();
-        if let Some(limits) = &enforcement.kubepods {
-            kubepods.cpu_shares = limits.milli_cpu.map(milli_cpu_to_shares);
-            kubepods.memory_limit = limits.memory_bytes.map(Limit::from_signed);
-            kubepods.pids_limit = limits.pids.map(Limit::from_signed);
+        let kubepods = enforcement
+            .kubepods
+            .as_ref()
+            .map(to_resource_config)
+            .unwrap_or_default();
+        // system-reserved / kube-reserved: existing cgroups outside the cgroup root, updated
+        // (never created or removed) like kubelet's enforceNodeAllocatableCgroups.
+        let whole =
+            CgroupfsManager::new(Hierarchies::from_layout(layout)?, CgroupName::root(), style);
+        for reserved in [&enforcement.system_reserved, &enforcement.kube_reserved]
+            .into_iter()
+            .flatten()
+        {
+            enforce_reserved(&whole, reserved, &metrics);
         }
         let policy = PodCgroupPolicy {
             enforce_cpu_limits: config.cpu_cfs_quota,
@@ -185,6 +196,52 @@ impl Standalone {
         let _ = self.stop.send(());
         if self.thread.join().is_err() {
             tracing::error!("the container manager thread panicked");
+        }
+    }
+}
+
+fn to_resource_config(limits: &CgroupLimits) -> ResourceConfig {
+    ResourceConfig {
+        cpu_shares: limits.milli_cpu.map(milli_cpu_to_shares),
+        memory_limit: limits.memory_bytes.map(Limit::from_signed),
+        memory_min: limits.memory_min_bytes.and_then(|m| u64::try_from(m).ok()),
+        pids_limit: limits.pids.map(Limit::from_signed),
+        hugetlb_limits: limits
+            .hugepages
+            .iter()
+            .map(|(size, bytes)| (*size, Limit::from_signed(*bytes)))
+            .collect(),
+        ..ResourceConfig::default()
+    }
+}
+
+/// Writes a reservation onto its (existing) cgroup; a failure is logged and counted, and the
+/// agent runs on.
+fn enforce_reserved(
+    cgroups: &CgroupfsManager,
+    reserved: &ReservedCgroupLimits,
+    metrics: &CmMetrics,
+) {
+    use crate::cgroup::manager::CgroupManager as _;
+    let result = CgroupName::parse_cgroupfs(&reserved.cgroup)
+        .map_err(CgroupError::from)
+        .and_then(|name| match cgroups.exists(&name)? {
+            true => cgroups.update(&name, &to_resource_config(&reserved.limits)),
+            false => Err(CgroupError::Missing {
+                name: reserved.cgroup.clone(),
+                path: PathBuf::from(&reserved.cgroup),
+            }),
+        });
+    match result {
+        Ok(report) => {
+            tracing::info!(cgroup = %reserved.cgroup, writes = report.written.len(), "reservation enforced");
+        }
+        Err(e) => {
+            tracing::error!(cgroup = %reserved.cgroup, error = %e, "cannot enforce the reservation on this cgroup");
+            metrics
+                .cgroup_write_errors
+                .with_label_values(&["reserved-cgroup"])
+                .inc();
         }
     }
 }

@@ -1,5 +1,6 @@
-//! `cargo xtask run`: build qosd in release mode and run it in the foreground with its
-//! embedded defaults; Ctrl-C (SIGINT) stops it cleanly.
+//! `cargo xtask run`: build qosd in release mode and run it in the foreground on the example
+//! pods (`examples/pods/`: one Guaranteed, one Burstable, one BestEffort) under the cgroup root
+//! `/qosd`; Ctrl-C (SIGINT) stops the containers and removes their cgroups.
 use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
@@ -24,8 +25,14 @@ pub fn run(args: &[String]) -> Result<()> {
         binary.display(),
         args.join(" ")
     );
+    let root = crate::workspace_root();
     let status = Command::new(&binary)
         .arg("run")
+        .arg("--manifest-dir")
+        .arg(root.join("examples/pods"))
+        .args(["--cgroup-root", "/qosd"])
+        .arg("--container-log-dir")
+        .arg(crate::target_dir().join("qosd-container-logs"))
         .args(args)
         .status()
         .with_context(|| format!("starting {}", binary.display()))?;

@@ -1138,6 +1138,54 @@ mod tests {
     }
 
     #[test]
+    fn hierarchies_from_detected_layouts() {
+        // This host: v1 controllers each on its own mount, no hugetlb, an empty cgroup2.
+        let hybrid = CgroupLayout::parse_mountinfo(
+            "\
+41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct
+34 31 0:31 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset
+35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+36 31 0:33 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices
+39 31 0:36 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids
+40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd
+",
+        )
+        .unwrap();
+        let h = Hierarchies::from_layout(&hybrid).unwrap();
+        assert_eq!(h.version(), CgroupVersion::V1);
+        assert_eq!(h.unmounted(), vec![Controller::Hugetlb]);
+        assert_eq!(
+            h.mount(Controller::Cpuacct),
+            Some(Path::new("/sys/fs/cgroup/cpuacct"))
+        );
+        assert_eq!(
+            h.distinct_mounts().len(),
+            5,
+            "devices and name=systemd are not managed"
+        );
+
+        let comounted = CgroupLayout::parse_mountinfo(
+            "28 25 0:25 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n",
+        )
+        .unwrap();
+        let h = Hierarchies::from_layout(&comounted).unwrap();
+        assert_eq!(
+            h.distinct_mounts(),
+            vec![Path::new("/sys/fs/cgroup/cpu,cpuacct")]
+        );
+
+        let unified = CgroupLayout::parse_mountinfo(
+            "7 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n",
+        )
+        .unwrap();
+        let h = Hierarchies::from_layout(&unified).unwrap();
+        assert_eq!(h, Hierarchies::V2(PathBuf::from("/sys/fs/cgroup")));
+        assert_eq!(h.unmounted(), vec![]);
+    }
+
+    #[test]
     fn stats_from_fixture_trees() {
         let fx = V1Fixture::new();
         let root = name(&["qosd-test"]);

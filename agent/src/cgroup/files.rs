@@ -156,91 +156,21 @@ pub struct FileSpec {
 
 /// The table, in the order files are written: cpusets first (a task may need them), the CFS
 /// period before the quota it scales, the burst after the quota that bounds it.
+#[rustfmt::skip]
 pub const FILES: &[FileSpec] = &[
-    spec(
-        Setting::CpusetCpus,
-        Controller::Cpuset,
-        Some("cpuset.cpus"),
-        Some("cpuset.cpus"),
-        None,
-    ),
-    spec(
-        Setting::CpusetMems,
-        Controller::Cpuset,
-        Some("cpuset.mems"),
-        Some("cpuset.mems"),
-        None,
-    ),
-    spec(
-        Setting::CpuShares,
-        Controller::Cpu,
-        Some("cpu.shares"),
-        Some("cpu.weight"),
-        None,
-    ),
-    spec(
-        Setting::CpuPeriod,
-        Controller::Cpu,
-        Some("cpu.cfs_period_us"),
-        Some("cpu.max"),
-        None,
-    ),
-    spec(
-        Setting::CpuQuota,
-        Controller::Cpu,
-        Some("cpu.cfs_quota_us"),
-        Some("cpu.max"),
-        Some("-1"),
-    ),
-    spec(
-        Setting::CpuBurst,
-        Controller::Cpu,
-        Some("cpu.cfs_burst_us"),
-        Some("cpu.max.burst"),
-        None,
-    ),
-    spec(
-        Setting::MemoryMin,
-        Controller::Memory,
-        None,
-        Some("memory.min"),
-        None,
-    ),
-    spec(
-        Setting::MemoryLow,
-        Controller::Memory,
-        None,
-        Some("memory.low"),
-        None,
-    ),
-    spec(
-        Setting::MemoryHigh,
-        Controller::Memory,
-        None,
-        Some("memory.high"),
-        None,
-    ),
-    spec(
-        Setting::MemoryLimit,
-        Controller::Memory,
-        Some("memory.limit_in_bytes"),
-        Some("memory.max"),
-        Some("-1"),
-    ),
-    spec(
-        Setting::PidsLimit,
-        Controller::Pids,
-        Some("pids.max"),
-        Some("pids.max"),
-        Some("max"),
-    ),
-    spec(
-        Setting::HugetlbLimit,
-        Controller::Hugetlb,
-        Some("hugetlb.{size}.limit_in_bytes"),
-        Some("hugetlb.{size}.max"),
-        Some("-1"),
-    ),
+    //   setting               controller           v1 file                                v2 file                     v1 "unlimited"
+    spec(Setting::CpusetCpus,   Controller::Cpuset,  Some("cpuset.cpus"),                   Some("cpuset.cpus"),        None),
+    spec(Setting::CpusetMems,   Controller::Cpuset,  Some("cpuset.mems"),                   Some("cpuset.mems"),        None),
+    spec(Setting::CpuShares,    Controller::Cpu,     Some("cpu.shares"),                    Some("cpu.weight"),         None),
+    spec(Setting::CpuPeriod,    Controller::Cpu,     Some("cpu.cfs_period_us"),             Some("cpu.max"),            None),
+    spec(Setting::CpuQuota,     Controller::Cpu,     Some("cpu.cfs_quota_us"),              Some("cpu.max"),            Some("-1")),
+    spec(Setting::CpuBurst,     Controller::Cpu,     Some("cpu.cfs_burst_us"),              Some("cpu.max.burst"),      None),
+    spec(Setting::MemoryMin,    Controller::Memory,  None,                                  Some("memory.min"),         None),
+    spec(Setting::MemoryLow,    Controller::Memory,  None,                                  Some("memory.low"),         None),
+    spec(Setting::MemoryHigh,   Controller::Memory,  None,                                  Some("memory.high"),        None),
+    spec(Setting::MemoryLimit,  Controller::Memory,  Some("memory.limit_in_bytes"),         Some("memory.max"),         Some("-1")),
+    spec(Setting::PidsLimit,    Controller::Pids,    Some("pids.max"),                      Some("pids.max"),           Some("max")),
+    spec(Setting::HugetlbLimit, Controller::Hugetlb, Some("hugetlb.{size}.limit_in_bytes"), Some("hugetlb.{size}.max"), Some("-1")),
 ];
 
 const fn spec(

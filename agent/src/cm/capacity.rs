@@ -6,11 +6,11 @@
 //! - memory: `MemTotal` of `/proc/meminfo`;
 //! - `hugepages-<size>`: `nr_hugepages` × size for each `/sys/kernel/mm/hugepages/hugepages-<n>kB`;
 //! - pid: the smaller of `/proc/sys/kernel/pid_max` and `/proc/sys/kernel/threads-max`.
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use super::allocatable::Capacity;
-use crate::config::cpuset::parse_cpu_list;
+use crate::cgroup::cpuset::CpuSet;
 
 /// Errors reading machine capacity; each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -55,10 +55,10 @@ impl MachineInfo {
     }
 
     /// The online CPU ids.
-    pub fn online_cpus(&self) -> Result<BTreeSet<u32>, CapacityError> {
+    pub fn online_cpus(&self) -> Result<CpuSet, CapacityError> {
         let path = self.path("sys/devices/system/cpu/online");
         let text = self.read(&path)?;
-        let cpus = parse_cpu_list(&text).map_err(|e| CapacityError::Parse {
+        let cpus = CpuSet::parse(&text).map_err(|e| CapacityError::Parse {
             path: path.clone(),
             reason: e.to_string(),
         })?;
@@ -192,7 +192,7 @@ pub fn hugepage_resource_name(page_size_bytes: u64) -> String {
     ];
     for (suffix, shift) in SUFFIXES {
         let unit = 1u64 << shift;
-        if page_size_bytes >= unit && page_size_bytes % unit == 0 {
+        if page_size_bytes >= unit && page_size_bytes.is_multiple_of(unit) {
             return format!("hugepages-{}{suffix}", page_size_bytes / unit);
         }
     }
@@ -261,8 +261,8 @@ mod tests {
         let f = Fixture::typical();
         f.write("sys/devices/system/cpu/online", "0,2-3,8\n");
         assert_eq!(
-            f.machine().online_cpus().unwrap(),
-            BTreeSet::from([0, 2, 3, 8])
+            f.machine().online_cpus().unwrap().to_vec(),
+            vec![0, 2, 3, 8]
         );
         assert_eq!(f.machine().capacity().unwrap().milli_cpu, 4000);
     }

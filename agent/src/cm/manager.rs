@@ -338,7 +338,7 @@ impl ContainerManager {
                 match self.supervisor.state(&key) {
                     None => self.launch(uid, &init, true),
                     Some(ContainerState::Terminated { exit_code: 0 }) => {
-                        self.set_phase(uid, Phase::Initializing(i + 1))
+                        self.set_phase(uid, Phase::Initializing(i + 1));
                     }
                     Some(_) => {}
                 }
@@ -606,19 +606,173 @@ fn to_admission(pod: &Pod) -> AdmissionRequests {
 fn log_event(event: &Event) {
     match event {
         Event::Started { key, pid } => {
-            tracing::info!(pod_uid = %key.pod_uid, container = %key.container, pid, "container started")
+            tracing::info!(pod_uid = %key.pod_uid, container = %key.container, pid, "container started");
         }
         Event::Exited { key, exit_code } => {
-            tracing::info!(pod_uid = %key.pod_uid, container = %key.container, exit_code, "container exited")
+            tracing::info!(pod_uid = %key.pod_uid, container = %key.container, exit_code, "container exited");
         }
         Event::StartFailed { key, error } => {
-            tracing::warn!(pod_uid = %key.pod_uid, container = %key.container, %error, "container failed to start")
+            tracing::warn!(pod_uid = %key.pod_uid, container = %key.container, %error, "container failed to start");
         }
         Event::Killed { key } => {
-            tracing::warn!(pod_uid = %key.pod_uid, container = %key.container, "grace period over; SIGKILL")
+            tracing::warn!(pod_uid = %key.pod_uid, container = %key.container, "grace period over; SIGKILL");
         }
         Event::Stopped { key } => {
-            tracing::info!(pod_uid = %key.pod_uid, container = %key.container, "container stopped")
+            tracing::info!(pod_uid = %key.pod_uid, container = %key.container, "container stopped");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::cgroup::manager::NameStyle;
+    use crate::cgroup::{CgroupfsManager, Hierarchies};
+    use crate::pods::manifest::{ManifestFormat, parse_manifest};
+
+    const GUARANTEED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: g, uid: aaaa}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {limits: {cpu: '1', memory: 128Mi}}\n";
+    const BURSTABLE: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: b, uid: bbbb}\nspec:\n  initContainers:\n  - name: init\n    command: [/bin/true]\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {requests: {cpu: 500m}}\n";
+    const TOO_BIG: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: big, uid: cccc}\nspec:\n  containers:\n  - name: c\n    command: [/bin/true]\n    resources: {requests: {cpu: '8'}}\n";
+
+    fn sourced(yaml: &str) -> SourcedPod {
+        let mut parsed = parse_manifest(yaml, ManifestFormat::Yaml);
+        let pod = parsed.remove(0).expect("valid manifest").pod;
+        SourcedPod {
+            pod,
+            file: PathBuf::from("fixture.yaml"),
+            document: 1,
+        }
+    }
+
+    /// A v2-shaped fixture tree (plain directories; the manager creates the files it writes).
+    fn manager(dir: &std::path::Path) -> (ContainerManager, CmMetrics, WorkloadIndex) {
+        let root = CgroupName::new(["qosd"]).expect("name");
+        let cgroups = CgroupfsManager::new(
+            Hierarchies::V2(dir.to_owned()),
+            root.clone(),
+            NameStyle::Cgroupfs,
+        );
+        let metrics = CmMetrics::register(&prometheus::Registry::new()).expect("metrics");
+        let index = WorkloadIndex::new();
+        let options = ManagerOptions {
+            root,
+            policy: PodCgroupPolicy::default(),
+            kubepods: ResourceConfig::default(),
+            allocatable: NodeAllocatable {
+                milli_cpu: 2000,
+                memory_bytes: 4 << 30,
+                hugepages: BTreeMap::new(),
+                pids: None,
+                pods: 110,
+            },
+            log_dir: None,
+            backoff: Backoff {
+                initial: Duration::from_millis(20),
+                max: Duration::from_millis(100),
+                reset_after: Duration::from_secs(600),
+            },
+        };
+        let manager =
+            ContainerManager::start(Box::new(cgroups), options, index.clone(), metrics.clone())
+                .expect("start");
+        (manager, metrics, index)
+    }
+
+    fn read(dir: &std::path::Path, relative: &str) -> String {
+        std::fs::read_to_string(dir.join(relative))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|e| format!("<{relative}: {e}>"))
+    }
+
+    fn tick_until(
+        m: &mut ContainerManager,
+        what: &str,
+        mut done: impl FnMut(&ContainerManager) -> bool,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done(m) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            m.tick();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn pods_get_kubelet_cgroups_tiers_follow_and_everything_is_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut m, metrics, index) = manager(dir.path());
+        m.handle(PodEvent::Added(sourced(GUARANTEED)));
+        m.handle(PodEvent::Added(sourced(BURSTABLE)));
+        let d = dir.path();
+        assert_eq!(
+            read(d, "qosd/kubepods/podaaaa/cpu.weight"),
+            "39",
+            "1 CPU = 1024 shares = weight 39"
+        );
+        assert_eq!(read(d, "qosd/kubepods/podaaaa/cpu.max"), "100000 100000");
+        assert_eq!(read(d, "qosd/kubepods/podaaaa/memory.max"), "134217728");
+        assert_eq!(read(d, "qosd/kubepods/podaaaa/c/memory.max"), "134217728");
+        assert_eq!(
+            read(d, "qosd/kubepods/burstable/cpu.weight"),
+            "20",
+            "burstable tier: 500m = 512 shares"
+        );
+        assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.weight"), "1");
+        assert_eq!(metrics.pods.with_label_values(&["guaranteed"]).get(), 1);
+        assert!(index.len() >= 4, "pod and container cgroups are indexed");
+
+        // The burstable pod's init container runs to completion before its app container.
+        tick_until(&mut m, "burstable app container", |m| {
+            matches!(
+                m.container_state("bbbb", "c"),
+                Some((ContainerState::Running { .. }, _))
+            )
+        });
+        assert!(matches!(
+            m.container_state("bbbb", "init"),
+            Some((ContainerState::Terminated { exit_code: 0 }, _))
+        ));
+
+        // Does not fit: rejected with kubelet's reason, nothing created.
+        m.handle(PodEvent::Added(sourced(TOO_BIG)));
+        assert_eq!(
+            metrics
+                .admission_rejections
+                .with_label_values(&["OutOfcpu"])
+                .get(),
+            1
+        );
+        assert!(!d.join("qosd/kubepods/burstable/podcccc").exists());
+
+        // Drift: a hand edit is put back by reconcile, and counted.
+        std::fs::write(d.join("qosd/kubepods/podaaaa/cpu.max"), "5000 100000").expect("edit");
+        m.reconcile();
+        assert_eq!(read(d, "qosd/kubepods/podaaaa/cpu.max"), "100000 100000");
+        assert!(metrics.drift_corrections.get() >= 1);
+
+        // Removal stops the containers, then removes the pod cgroup; the tier shrinks back.
+        m.handle(PodEvent::Removed {
+            uid: "bbbb".into(),
+            namespace: "default".into(),
+            name: "b".into(),
+        });
+        tick_until(&mut m, "burstable pod removed", |_| {
+            !d.join("qosd/kubepods/burstable/podbbbb").exists()
+        });
+        assert_eq!(read(d, "qosd/kubepods/burstable/cpu.weight"), "1");
+        assert!(
+            m.render_tree()
+                .contains("pod default/g [guaranteed] Running"),
+            "{}",
+            m.render_tree()
+        );
+
+        m.shutdown(Duration::from_secs(5));
+        assert!(
+            !d.join("qosd").exists(),
+            "the root the manager created is gone"
+        );
     }
 }

@@ -7,4 +7,5 @@ pub mod manager;
 pub mod metrics;
 pub mod pod_resources;
 pub mod qos_tiers;
-mod tree; // TEMP-QOSD-CAPACITY
+pub mod topology;
+mod tree;

@@ -213,9 +213,10 @@ mod tests {
     #[test]
     fn parses_like_parse_threshold_config() {
         type Want = Result<Vec<(Signal, ThresholdValue)>, &'static str>;
+        type Case = (&'static str, Vec<(&'static str, &'static str)>, Want);
         let mib = |n: i64| ThresholdValue::Quantity(Quantity::from_units(n << 20));
         let gib = |n: i64| ThresholdValue::Quantity(Quantity::from_units(n << 30));
-        let cases: Vec<(&str, Vec<(&str, &str)>, Want)> = vec![
+        let cases: Vec<Case> = vec![
             ("no values", vec![], Ok(vec![])),
             (
                 "all memory eviction values",

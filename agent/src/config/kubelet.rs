@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::cpuset::parse_cpu_list;
 use super::eviction::{self, DEFAULT_EVICTION_HARD, Threshold};
+use crate::cgroup::cpuset::CpuSet;
 use crate::pods::quantity::Quantity;
 
 /// The only apiVersion accepted.
@@ -543,7 +543,7 @@ pub struct KubeletConfiguration {
     /// `cpuCFSQuotaPeriod`. Default: 100ms.
     pub cpu_cfs_quota_period: Duration,
     /// `reservedSystemCPUs`, parsed (empty when unset).
-    pub reserved_system_cpus: BTreeSet<u32>,
+    pub reserved_system_cpus: CpuSet,
     /// `cpuManagerPolicy`. Default: `none`. Kept for the CPU manager.
     pub cpu_manager_policy: String,
     /// `memoryManagerPolicy`. Default: `None`. Kept for the memory manager.
@@ -577,7 +577,7 @@ impl Default for KubeletConfiguration {
                 pod_pids_limit: -1,
                 cpu_cfs_quota: true,
                 cpu_cfs_quota_period: DEFAULT_CFS_QUOTA_PERIOD,
-                reserved_system_cpus: BTreeSet::new(),
+                reserved_system_cpus: CpuSet::new(),
                 cpu_manager_policy: "none".to_owned(),
                 memory_manager_policy: "None".to_owned(),
                 topology_manager_policy: "none".to_owned(),
@@ -874,7 +874,7 @@ fn build(raw: RawKubeletConfiguration) -> Result<KubeletConfiguration, BuildFail
         ));
     }
 
-    let mut reserved_system_cpus = BTreeSet::new();
+    let mut reserved_system_cpus = CpuSet::new();
     if !reserved_system_cpus_text.is_empty() {
         if system_reserved_cgroup.is_some() || kube_reserved_cgroup.is_some() {
             errors.push(
@@ -883,7 +883,7 @@ fn build(raw: RawKubeletConfiguration) -> Result<KubeletConfiguration, BuildFail
                     .to_owned(),
             );
         }
-        match parse_cpu_list(&reserved_system_cpus_text) {
+        match CpuSet::parse(&reserved_system_cpus_text) {
             Ok(cpus) => reserved_system_cpus = cpus,
             Err(e) => errors.push(format!(
                 "unable to parse reservedSystemCPUs (--reserved-cpus): {e}"
@@ -947,10 +947,11 @@ fn validate_enforcement(
         }
         if value == "none" {
             if list.len() > 1 {
-                errors.push(format!(
+                errors.push(
                     "enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional \
                      enforcements when \"none\" is specified"
-                ));
+                    .to_owned(),
+                );
             }
             continue;
         }
@@ -1182,7 +1183,7 @@ maxPods: 250
     #[test]
     fn reserved_system_cpus_are_parsed_and_exclusive_with_reserved_cgroups() {
         let c = config("reservedSystemCPUs: 0-1,4\n");
-        assert_eq!(c.reserved_system_cpus, BTreeSet::from([0, 1, 4]));
+        assert_eq!(c.reserved_system_cpus.to_vec(), vec![0, 1, 4]);
         let errors =
             validation_errors("reservedSystemCPUs: 0-1\nsystemReservedCgroup: /system.slice\n");
         assert!(

@@ -4,8 +4,6 @@
 //! - [`kubelet`]: loading, defaulting and validating `kubelet.config.k8s.io/v1beta1`
 //!   `KubeletConfiguration`, reporting the fields qosd does not act on.
 //! - [`eviction`]: hard eviction thresholds (`evictionHard`), which feed node allocatable.
-//! - [`cpuset`]: the Linux CPU list syntax (`0-3,8`).
-pub mod cpuset;
 pub mod eviction;
 pub mod kubelet;
 

@@ -24,9 +24,10 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
-    #[error("starting {program}: {source}")]
+    #[error("starting {program} (after joining {cgroups}): {source}")]
     Spawn {
         program: String,
+        cgroups: String,
         #[source]
         source: std::io::Error,
     },
@@ -91,6 +92,7 @@ pub fn spawn(launch: &Launch) -> Result<Child, ProcessError> {
     }
     command.spawn().map_err(|source| ProcessError::Spawn {
         program: program.clone(),
+        cgroups: format!("{:?}", launch.cgroup_procs),
         source,
     })
 }
@@ -98,8 +100,16 @@ pub fn spawn(launch: &Launch) -> Result<Child, ProcessError> {
 /// Moves the calling process into every cgroup (runs between fork and exec).
 fn join_cgroups(procs: &[CString]) -> std::io::Result<()> {
     for path in procs {
+        // O_CREAT is a no-op on cgroupfs, where the file always exists in an existing cgroup;
+        // it lets the same code run on plain-directory fixtures.
         // SAFETY: `path` is a valid NUL-terminated string; open returns -1 on error.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }

@@ -44,6 +44,10 @@ pub fn all() -> Vec<Case> {
             run: pods::manifests_become_cgroups,
         },
         Case {
+            name: "node_allocatable_enforced_and_admission_rejects",
+            run: pods::node_allocatable_enforced,
+        },
+        Case {
             name: "sigterm_detaches_programs_and_exits_zero_within_1s",
             run: lifecycle::sigterm_detaches,
         },
