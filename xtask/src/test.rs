@@ -42,6 +42,26 @@ struct TierResult {
     note: String,
 }
 
+impl TierResult {
+    /// A tier that could not run at all: one failure, with the reason.
+    fn broken(
+        tier: &'static str,
+        target: impl Into<String>,
+        took: Duration,
+        error: &anyhow::Error,
+    ) -> Self {
+        Self {
+            tier,
+            target: target.into(),
+            passed: 0,
+            failed: 1,
+            skipped: 0,
+            took,
+            note: format!("{error:#}"),
+        }
+    }
+}
+
 /// Runs the tiers and prints the summary.
 pub fn run(args: TestArgs) -> Result<()> {
     let started = Instant::now();
@@ -65,15 +85,12 @@ pub fn run(args: TestArgs) -> Result<()> {
                 results.extend(vms(&toolchain, bins));
             }
         }
-        Err(e) => results.push(TierResult {
-            tier: "build",
-            target: "qosd + qosd-systests".into(),
-            passed: 0,
-            failed: 1,
-            skipped: 0,
-            took: Duration::ZERO,
-            note: format!("{e:#}"),
-        }),
+        Err(e) => results.push(TierResult::broken(
+            "build",
+            "qosd + qosd-systests",
+            Duration::ZERO,
+            e,
+        )),
     }
 
     print_summary(&results, started.elapsed());
@@ -182,15 +199,7 @@ fn unit(toolchain: &Toolchain) -> TierResult {
     let (status, out) = match tee(&mut cmd) {
         Ok(r) => r,
         Err(e) => {
-            return TierResult {
-                tier: "unit",
-                target: "cargo test".into(),
-                passed: 0,
-                failed: 1,
-                skipped: 0,
-                took: started.elapsed(),
-                note: format!("{e:#}"),
-            };
+            return TierResult::broken("unit", "cargo test", started.elapsed(), &e);
         }
     };
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
@@ -286,30 +295,24 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
     let kernels = match vm::ensure_kernels(&toolchain.cache) {
         Ok(k) => k,
         Err(e) => {
-            return vec![TierResult {
-                tier: "vm",
-                target: "guest kernels".into(),
-                passed: 0,
-                failed: 1,
-                skipped: 0,
-                took: Duration::ZERO,
-                note: format!("{e:#}"),
-            }];
+            return vec![TierResult::broken(
+                "vm",
+                "guest kernels",
+                Duration::ZERO,
+                &e,
+            )];
         }
     };
     let work = toolchain.cache.join("vm-work");
     let payload = match stripped_payload(bins, &work) {
         Ok(p) => p,
         Err(e) => {
-            return vec![TierResult {
-                tier: "vm",
-                target: "initramfs payload".into(),
-                passed: 0,
-                failed: 1,
-                skipped: 0,
-                took: Duration::ZERO,
-                note: format!("{e:#}"),
-            }];
+            return vec![TierResult::broken(
+                "vm",
+                "initramfs payload",
+                Duration::ZERO,
+                &e,
+            )];
         }
     };
     let mut results = Vec::new();
@@ -352,15 +355,7 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
                     note,
                 }
             }
-            Err(e) => TierResult {
-                tier: "vm",
-                target,
-                passed: 0,
-                failed: 1,
-                skipped: 0,
-                took: started.elapsed(),
-                note: format!("{e:#}"),
-            },
+            Err(e) => TierResult::broken("vm", target, started.elapsed(), &e),
         };
         results.push(result);
     }

@@ -356,12 +356,7 @@ impl ContainerManager {
                 }
             }
             Phase::Terminating => {
-                let names: Vec<String> = managed
-                    .pod
-                    .spec
-                    .all_containers()
-                    .map(|c| c.name.clone())
-                    .collect();
+                let names = container_names(&managed.pod);
                 if names
                     .iter()
                     .all(|n| self.supervisor.state(&self.key(uid, n)).is_none())
@@ -451,12 +446,7 @@ impl ContainerManager {
             return;
         };
         managed.phase = Phase::Terminating;
-        let names: Vec<String> = managed
-            .pod
-            .spec
-            .all_containers()
-            .map(|c| c.name.clone())
-            .collect();
+        let names = container_names(&managed.pod);
         for name in names {
             let key = self.key(uid, &name);
             self.supervisor.stop(&key);
@@ -593,6 +583,11 @@ pub(super) struct PodView<'a> {
     pub cgroup: &'a CgroupName,
     pub file: &'a std::path::Path,
     pub phase: &'static str,
+}
+
+/// Names of all of a pod's containers, init containers included.
+fn container_names(pod: &Pod) -> Vec<String> {
+    pod.spec.all_containers().map(|c| c.name.clone()).collect()
 }
 
 fn to_admission(pod: &Pod) -> AdmissionRequests {
