@@ -41,7 +41,7 @@ pub fn report() -> String {
     } else {
         "task's cgroup v2 id"
     };
-    match CpuTimeProbe::attach(v1_cpu) {
+    match CpuTimeProbe::attach(v1_cpu, cpu_time::ModePreference::Auto) {
         Ok(probe) => {
             let _ = writeln!(
                 out,

@@ -13,7 +13,7 @@ use crate::metrics::cgroup_cpu::CgroupCpuCollector;
 use crate::metrics::server::{InspectText, MetricsServer, ServerError};
 use crate::metrics::{Metrics, MetricsError};
 use crate::probes::ProbeMode;
-use crate::probes::cpu_time::{self, CpuTimeProbe};
+use crate::probes::cpu_time::{self, CpuTimeProbe, ModePreference};
 use crate::standalone::{Standalone, StandaloneError, StandaloneOptions};
 
 /// What `qosd run` needs.
@@ -24,6 +24,8 @@ pub struct RunOptions {
     /// Standalone mode (container manager fed from a manifest directory); `None` runs the
     /// probes and metrics only.
     pub standalone: Option<StandaloneOptions>,
+    /// Which attach modes the cpu-time probe may use.
+    pub cpu_time_mode: ModePreference,
 }
 
 /// Errors that stop the agent from starting. Probe failures are not among them: a probe the
@@ -70,7 +72,8 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     let workloads = WorkloadIndex::new();
     let inspect = InspectText::default();
     let v1_cpu = layout.uses_v1_cpu_controller();
-    match tokio::task::spawn_blocking(move || CpuTimeProbe::attach(v1_cpu)).await {
+    let preference = options.cpu_time_mode;
+    match tokio::task::spawn_blocking(move || CpuTimeProbe::attach(v1_cpu, preference)).await {
         Ok(Ok(probe)) => {
             metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
             let collector = CgroupCpuCollector::new(Box::new(probe), hierarchy, workloads.clone())

@@ -29,6 +29,23 @@ enum LogFormat {
     Json,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum CpuTimeMode {
+    Auto,
+    TpBtf,
+    RawTracepoint,
+}
+
+impl From<CpuTimeMode> for qosd::probes::cpu_time::ModePreference {
+    fn from(mode: CpuTimeMode) -> Self {
+        match mode {
+            CpuTimeMode::Auto => Self::Auto,
+            CpuTimeMode::TpBtf => Self::TpBtf,
+            CpuTimeMode::RawTracepoint => Self::RawTracepoint,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the agent: attach the probes and serve metrics until SIGTERM or SIGINT.
@@ -50,6 +67,10 @@ enum Command {
         /// How often cgroupfs is compared with the desired state and corrected (e.g. 10s, 1m).
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         reconcile_period: Duration,
+        /// Attach mode of the cpu-time probe: auto (tp_btf, else raw_tracepoint), tp_btf or
+        /// raw_tracepoint.
+        #[arg(long, value_enum, default_value_t = CpuTimeMode::Auto)]
+        cpu_time_mode: CpuTimeMode,
         /// Where container stdout/stderr go, one file per container.
         #[arg(long, default_value = "/var/log/qosd/containers")]
         container_log_dir: PathBuf,
@@ -96,6 +117,7 @@ fn main() -> ExitCode {
             kubelet_config,
             cgroup_root,
             reconcile_period,
+            cpu_time_mode,
             container_log_dir,
         } => {
             let manifest_dir = manifest_dir.or_else(|| {
@@ -123,6 +145,7 @@ fn main() -> ExitCode {
             match runtime.block_on(qosd::daemon::run(qosd::daemon::RunOptions {
                 metrics_addr,
                 standalone,
+                cpu_time_mode: cpu_time_mode.into(),
             })) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

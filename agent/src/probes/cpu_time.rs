@@ -54,40 +54,66 @@ pub struct CpuTimeProbe {
     refused: Vec<(ProbeMode, String)>,
 }
 
+/// Which attach modes to try.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ModePreference {
+    /// tp_btf, falling back to raw_tracepoint.
+    #[default]
+    Auto,
+    /// Only tp_btf.
+    TpBtf,
+    /// Only raw_tracepoint (what kernels without BTF-typed tracepoints get).
+    RawTracepoint,
+}
+
 impl CpuTimeProbe {
-    /// Loads the object with offsets for the running kernel and attaches the best mode.
-    /// `v1_cpu` selects attribution through the v1 cpu controller (v1 and hybrid hosts).
-    pub fn attach(v1_cpu: bool) -> Result<Self, CpuTimeError> {
+    /// Loads the object with offsets for the running kernel and attaches the first mode of
+    /// `preference` the kernel accepts. `v1_cpu` selects attribution through the v1 cpu
+    /// controller (v1 and hybrid hosts).
+    pub fn attach(v1_cpu: bool, preference: ModePreference) -> Result<Self, CpuTimeError> {
         if EBPF_OBJECT.is_empty() {
             return Err(CpuTimeError::EmptyObject);
         }
         let offsets = KernelBtf::from_running_kernel()?.kernel_offsets(v1_cpu)?;
-        Self::attach_with_offsets(offsets)
+        Self::attach_with_offsets(offsets, preference)
     }
 
-    fn attach_with_offsets(offsets: KernelOffsets) -> Result<Self, CpuTimeError> {
+    fn attach_with_offsets(
+        offsets: KernelOffsets,
+        preference: ModePreference,
+    ) -> Result<Self, CpuTimeError> {
         let mut ebpf = EbpfLoader::new()
             .override_global(names::OFFSETS_GLOBAL, &offsets, true)
             .load(EBPF_OBJECT)
             .map_err(|e| CpuTimeError::Load(error_chain(&e)))?;
+        let candidates: &[ProbeMode] = match preference {
+            ModePreference::Auto => &[ProbeMode::TpBtf, ProbeMode::RawTracepoint],
+            ModePreference::TpBtf => &[ProbeMode::TpBtf],
+            ModePreference::RawTracepoint => &[ProbeMode::RawTracepoint],
+        };
         let mut refused = Vec::new();
-        let mode = match attach_tp_btf(&mut ebpf) {
-            Ok(()) => ProbeMode::TpBtf,
-            Err(reason) => {
-                refused.push((ProbeMode::TpBtf, reason));
-                match attach_raw_tp(&mut ebpf) {
-                    Ok(()) => ProbeMode::RawTracepoint,
-                    Err(reason) => {
-                        refused.push((ProbeMode::RawTracepoint, reason));
-                        let all = refused
-                            .iter()
-                            .map(|(mode, why)| format!("{}: {why}", mode.label()))
-                            .collect::<Vec<_>>()
-                            .join("; ");
-                        return Err(CpuTimeError::NoMode(all));
-                    }
+        let mut chosen = None;
+        for candidate in candidates {
+            let attached = if *candidate == ProbeMode::TpBtf {
+                attach_tp_btf(&mut ebpf)
+            } else {
+                attach_raw_tp(&mut ebpf)
+            };
+            match attached {
+                Ok(()) => {
+                    chosen = Some(candidate.clone());
+                    break;
                 }
+                Err(reason) => refused.push((candidate.clone(), reason)),
             }
+        }
+        let Some(mode) = chosen else {
+            let all = refused
+                .iter()
+                .map(|(mode, why)| format!("{}: {why}", mode.label()))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(CpuTimeError::NoMode(all));
         };
         tracing::info!(
             probe = PROBE_NAME,

@@ -240,7 +240,11 @@ fn create_pod(t: &TestRoot) -> Result<(CgroupName, Pod), String> {
         .create(&kubepods, &qos(milli_cpu_to_shares(2000)))
         .map_err(|e| e.to_string())?;
     t.manager
-        .create(&t.name(&["kubepods", "burstable"])?, &qos(2))
+        // kubelet gives the burstable tier the sum of its pods' requests: this pod's 250m.
+        .create(
+            &t.name(&["kubepods", "burstable"])?,
+            &qos(milli_cpu_to_shares(250)),
+        )
         .map_err(|e| e.to_string())?;
     let name = t.name(&["kubepods", "burstable", "pod-1234-abcd"])?;
     Ok((name, pod))
@@ -555,7 +559,7 @@ fn run_stats(ctx: &Context) -> Result<String, String> {
     t.manager
         .create(&name, &pod.config)
         .map_err(|e| e.to_string())?;
-    let pid = t.spawn(&ctx.self_exe, &["spin", "1"])?;
+    let pid = t.spawn(&ctx.self_exe, &["spin", "2"])?;
     t.manager.attach(&name, pid).map_err(|e| e.to_string())?;
     if let Some(mut child) = t.children.pop() {
         let status = child.wait().map_err(|e| e.to_string())?;
@@ -579,7 +583,8 @@ fn run_stats(ctx: &Context) -> Result<String, String> {
         }
         CgroupVersion::V2 => "cpu.stat usage_usec",
     };
-    // The workload spun about a second after joining (less under emulation): at least 0.2 s.
+    // The workload spun two seconds, at most half a CPU by its quota, on a CPU other work may
+    // share (this host has two): at least 0.2 s.
     if usage < 200_000_000 {
         return Err(format!("only {usage} ns of CPU in the pod by {source}"));
     }

@@ -17,14 +17,39 @@ const BUSY_SECONDS: &str = "3";
 /// A busy and an idle cgroup side by side: the busy one's CPU seconds agree with the kernel
 /// within 5 %, the idle one stays near zero in both.
 pub fn matches_kernel_accounting(ctx: &Context) -> Outcome {
-    match run(ctx) {
+    match run(ctx, None) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),
     }
 }
 
-fn run(ctx: &Context) -> Result<String, String> {
-    let agent = Agent::start(&ctx.qosd, Duration::from_secs(60))?;
+/// The same with the probe forced onto its raw_tracepoint fallback (what kernels without
+/// BTF-typed tracepoints get), so the fallback is proven on every kernel too.
+pub fn matches_kernel_accounting_raw_tracepoint(ctx: &Context) -> Outcome {
+    match run(ctx, Some("raw_tracepoint")) {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(e) => fail(e),
+    }
+}
+
+fn run(ctx: &Context, mode: Option<&str>) -> Result<String, String> {
+    let args: Vec<String> = mode
+        .map(|m| vec!["--cpu-time-mode".to_owned(), m.replace('_', "-")])
+        .unwrap_or_default();
+    let agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
+    if let Some(mode) = mode {
+        let text = agent.scrape()?;
+        let live = sample_value(
+            &text,
+            "qosd_probe_info",
+            &format!("mode=\"{mode}\",probe=\"cpu_time\""),
+        );
+        if live != Some(1.0) {
+            return Err(format!(
+                "asked for {mode}, but qosd_probe_info does not show it:\n{text}"
+            ));
+        }
+    }
     let mut cgroups = TestCgroups::create("qosd-systest-cpu")?;
     cgroups.mkdir("busy")?;
     cgroups.mkdir("idle")?;

@@ -1,5 +1,5 @@
 //! The system test cases, one module per capability.
-pub mod cgroups; // TEMP-CGROUPS
+pub mod cgroups;
 pub mod cpu_time;
 pub mod lifecycle;
 pub mod pods;
@@ -9,7 +9,22 @@ use crate::harness::Case;
 /// Every case, in the order they run.
 pub fn all() -> Vec<Case> {
     vec![
-        // TEMP-CGROUPS begin
+        Case {
+            name: "check_reports_layout_kernel_btf_and_probe_modes",
+            run: lifecycle::check_report,
+        },
+        Case {
+            name: "metrics_expose_build_and_probe_info",
+            run: lifecycle::metrics_info,
+        },
+        Case {
+            name: "cpu_seconds_match_kernel_accounting",
+            run: cpu_time::matches_kernel_accounting,
+        },
+        Case {
+            name: "cpu_seconds_match_kernel_accounting_raw_tracepoint",
+            run: cpu_time::matches_kernel_accounting_raw_tracepoint,
+        },
         Case {
             name: "cgroup_manager_creates_exact_files",
             run: cgroups::create_writes_exact_files,
@@ -25,19 +40,6 @@ pub fn all() -> Vec<Case> {
         Case {
             name: "cgroup_manager_stats_read_kernel_files",
             run: cgroups::stats_read_kernel_files,
-        },
-        // TEMP-CGROUPS end
-        Case {
-            name: "check_reports_layout_kernel_btf_and_probe_modes",
-            run: lifecycle::check_report,
-        },
-        Case {
-            name: "metrics_expose_build_and_probe_info",
-            run: lifecycle::metrics_info,
-        },
-        Case {
-            name: "cpu_seconds_match_kernel_accounting",
-            run: cpu_time::matches_kernel_accounting,
         },
         Case {
             name: "manifests_become_pod_cgroups_with_kubelet_values",
