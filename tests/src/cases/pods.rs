@@ -465,6 +465,14 @@ fn allocatable(ctx: &Context) -> Result<String, String> {
         root_name: format!("qosd-systest-alloc-{}-{nanos}", std::process::id()),
     };
     for mount in h.mounts() {
+        if h.v2() {
+            // Like systemd for its slices: the parent delegates the controllers the
+            // reservations need before qosd enforces them.
+            let parent = mount.join(&h.root_name);
+            std::fs::create_dir_all(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            std::fs::write(parent.join("cgroup.subtree_control"), "+cpu +memory +pids")
+                .map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
         for slice in ["system.slice", "kubelet.slice"] {
             let dir = mount.join(&h.root_name).join(slice);
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
