@@ -56,6 +56,14 @@ pub struct ManagerOptions {
     pub backoff: Backoff,
 }
 
+/// Why cgroup files are being written: a pod change (expected writes) or the periodic
+/// reconcile (any write there corrects drift).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    Change,
+    Reconcile,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     /// Init container `n` is running (or waiting to).
@@ -112,7 +120,7 @@ impl ContainerManager {
             metrics,
             created_root,
         };
-        manager.ensure_tiers()?;
+        manager.ensure_tiers(Cause::Change)?;
         tracing::info!(root = %manager.options.root, created_root, "container manager started");
         Ok(manager)
     }
@@ -152,12 +160,12 @@ impl ContainerManager {
 
     /// Compares cgroupfs with the desired state and corrects every difference.
     pub fn reconcile(&mut self) {
-        if let Err(e) = self.ensure_tiers() {
+        if let Err(e) = self.ensure_tiers(Cause::Reconcile) {
             tracing::warn!(error = %e, "reconciling the QoS tiers");
         }
         let uids: Vec<String> = self.pods.keys().cloned().collect();
         for uid in uids {
-            if let Err(e) = self.reconcile_pod(&uid) {
+            if let Err(e) = self.reconcile_pod(&uid, Cause::Reconcile) {
                 tracing::warn!(pod_uid = %uid, error = %e, "reconciling pod cgroups");
                 self.count_error(&e);
             }
@@ -255,7 +263,7 @@ impl ContainerManager {
                 phase,
             },
         );
-        if let Err(e) = self.reconcile_pod(&uid) {
+        if let Err(e) = self.reconcile_pod(&uid, Cause::Change) {
             tracing::warn!(pod = %name, error = %e, "creating pod cgroups");
             self.count_error(&e);
         }
@@ -274,7 +282,7 @@ impl ContainerManager {
     }
 
     /// Creates or corrects the pod cgroup and its container cgroups, and (re)indexes them.
-    fn reconcile_pod(&mut self, uid: &str) -> Result<(), CgroupError> {
+    fn reconcile_pod(&mut self, uid: &str, cause: Cause) -> Result<(), CgroupError> {
         let Some(managed) = self.pods.get(uid) else {
             return Ok(());
         };
@@ -291,12 +299,16 @@ impl ContainerManager {
             qos_class: managed.qos.as_str().to_owned(),
         };
         let mut indexed = vec![(pod_cgroup.clone(), workload(None))];
-        self.apply(&pod_cgroup, &desired)?;
+        self.apply(&pod_cgroup, &desired, cause)?;
         for container in &containers {
             let name = pod_cgroup
                 .child(&container.name)
                 .map_err(CgroupError::from)?;
-            self.apply(&name, &container_config(container, self.options.policy))?;
+            self.apply(
+                &name,
+                &container_config(container, self.options.policy),
+                cause,
+            )?;
             indexed.push((name, workload(Some(&container.name))));
         }
         for (name, workload) in indexed {
@@ -308,14 +320,27 @@ impl ContainerManager {
     }
 
     /// Creates `name` with `config`, or rewrites what differs; counts drift and errors.
-    fn apply(&self, name: &CgroupName, config: &ResourceConfig) -> Result<(), CgroupError> {
+    fn apply(
+        &self,
+        name: &CgroupName,
+        config: &ResourceConfig,
+        cause: Cause,
+    ) -> Result<(), CgroupError> {
         if self.cgroups.exists(name)? {
             let report = self.cgroups.update(name, config)?;
             for w in &report.written {
-                tracing::info!(file = %w.path.display(), value = %w.value, "corrected drift");
-                self.metrics.drift_corrections.inc();
+                if cause == Cause::Reconcile {
+                    tracing::info!(file = %w.path.display(), value = %w.value, "corrected drift");
+                    self.metrics.drift_corrections.inc();
+                } else {
+                    tracing::debug!(file = %w.path.display(), value = %w.value, "updated");
+                }
             }
         } else {
+            if cause == Cause::Reconcile {
+                tracing::info!(cgroup = %name, "recreating a cgroup that disappeared");
+                self.metrics.drift_corrections.inc();
+            }
             let report = self.cgroups.create(name, config)?;
             tracing::debug!(cgroup = %name, written = report.written.len(), "cgroup created");
         }
@@ -471,20 +496,20 @@ impl ContainerManager {
         self.publish_pod_counts();
     }
 
-    fn ensure_tiers(&mut self) -> Result<(), CgroupError> {
+    fn ensure_tiers(&mut self, cause: Cause) -> Result<(), CgroupError> {
         let kubepods = self.options.kubepods.clone();
-        self.apply(&self.tiers.kubepods.clone(), &kubepods)?;
-        self.refresh_tiers_checked()
+        self.apply(&self.tiers.kubepods.clone(), &kubepods, cause)?;
+        self.refresh_tiers_checked(cause)
     }
 
     fn refresh_tiers(&mut self) {
-        if let Err(e) = self.refresh_tiers_checked() {
+        if let Err(e) = self.refresh_tiers_checked(Cause::Change) {
             tracing::warn!(error = %e, "updating the QoS tiers");
             self.count_error(&e);
         }
     }
 
-    fn refresh_tiers_checked(&mut self) -> Result<(), CgroupError> {
+    fn refresh_tiers_checked(&mut self, cause: Cause) -> Result<(), CgroupError> {
         let settings = tier_settings(
             self.pods
                 .values()
@@ -492,14 +517,14 @@ impl ContainerManager {
                 .map(|p| (p.qos, &p.pod.spec)),
             self.options.policy.memory_qos,
         );
-        self.apply(&self.tiers.burstable.clone(), &settings.burstable)?;
-        self.apply(&self.tiers.besteffort.clone(), &settings.besteffort)?;
+        self.apply(&self.tiers.burstable.clone(), &settings.burstable, cause)?;
+        self.apply(&self.tiers.besteffort.clone(), &settings.besteffort, cause)?;
         if let Some(min) = settings.kubepods_memory_min {
             let config = ResourceConfig {
                 memory_min: Some(min),
                 ..ResourceConfig::default()
             };
-            self.apply(&self.tiers.kubepods.clone(), &config)?;
+            self.apply(&self.tiers.kubepods.clone(), &config, cause)?;
         }
         Ok(())
     }
@@ -763,6 +788,21 @@ mod tests {
             "{}",
             m.render_tree()
         );
+
+        // An updated manifest restarts the pod with its new values (same uid, same cgroup).
+        let first_pid = match m.container_state("aaaa", "c") {
+            Some((ContainerState::Running { pid }, _)) => *pid,
+            other => panic!("guaranteed container not running: {other:?}"),
+        };
+        m.handle(PodEvent::Updated(sourced(
+            &GUARANTEED.replace("cpu: '1'", "cpu: '2'"),
+        )));
+        tick_until(
+            &mut m,
+            "updated pod running again",
+            |m| matches!(m.container_state("aaaa", "c"), Some((ContainerState::Running { pid }, _)) if *pid != first_pid),
+        );
+        assert_eq!(read(d, "qosd/kubepods/podaaaa/cpu.max"), "200000 100000");
 
         m.shutdown(Duration::from_secs(5));
         assert!(
