@@ -263,12 +263,13 @@ fn run_loop(
         }
         manager.tick();
         if last_poll.is_none_or(|t| t.elapsed() >= MANIFEST_POLL) {
-            for event in watcher.poll() {
-                manager.handle(event);
-            }
+            let events = watcher.poll();
             for error in watcher.new_errors() {
                 tracing::warn!(error = %error, "manifest not admitted");
                 metrics.manifest_errors.inc();
+            }
+            for event in events {
+                manager.handle(event);
             }
             last_poll = Some(Instant::now());
             inspect.set(manager.render_tree());

@@ -161,7 +161,11 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
 /// The value of the sample `name{labels}` in a Prometheus text exposition, where `labels`
 /// is the exact label set as qosd renders it (sorted, `k="v"` joined by commas).
 pub fn sample_value(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let key = format!("{name}{{{labels}}} ");
+    let key = if labels.is_empty() {
+        format!("{name} ")
+    } else {
+        format!("{name}{{{labels}}} ")
+    };
     text.lines()
         .find_map(|line| line.strip_prefix(&key))
         .and_then(|v| v.trim().parse().ok())
@@ -177,5 +181,10 @@ mod tests {
         assert_eq!(sample_value(text, "a", "cgroup=\"/x\""), Some(1.5));
         assert_eq!(sample_value(text, "a", "cgroup=\"/x/y\""), Some(2.0));
         assert_eq!(sample_value(text, "a", "cgroup=\"/z\""), None);
+        assert_eq!(
+            sample_value("b 3\n", "b", ""),
+            Some(3.0),
+            "a series without labels"
+        );
     }
 }

@@ -58,6 +58,17 @@ spec:
       limits: {cpu: "5x"}
 "#;
 
+/// Files a case writes outside cgroupfs (manifests, config, container logs), removed on drop.
+struct TempPaths(Vec<PathBuf>);
+
+impl Drop for TempPaths {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_dir_all(path).or_else(|_| std::fs::remove_file(path));
+        }
+    }
+}
+
 /// Where the test's cgroups live in each hierarchy, and how to read a setting on this layout.
 struct Hierarchies {
     layout: CgroupLayout,
@@ -235,6 +246,10 @@ fn run(ctx: &Context) -> Result<String, String> {
         root_name: format!("qosd-systest-pods-{}-{nanos}", std::process::id()),
     };
     let manifests = std::env::temp_dir().join(format!("{}-manifests", h.root_name));
+    let _cleanup = TempPaths(vec![
+        manifests.clone(),
+        PathBuf::from(format!("{}-logs", manifests.display())),
+    ]);
     std::fs::create_dir_all(&manifests).map_err(|e| e.to_string())?;
     let write = |name: &str, text: &str| {
         std::fs::write(manifests.join(name), text).map_err(|e| format!("{name}: {e}"))
@@ -249,6 +264,8 @@ fn run(ctx: &Context) -> Result<String, String> {
         &format!("/{}", h.root_name),
         "--reconcile-period",
         &format!("{RECONCILE_SECONDS}s"),
+        "--container-log-dir",
+        &format!("{}-logs", manifests.display()),
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -359,18 +376,18 @@ fn run(ctx: &Context) -> Result<String, String> {
         procs_in(&format!("{besteffort}/nap"))
     })
     .map_err(|e| fail_with_log(e, &agent))?;
-    let text = agent.scrape()?;
-    let errors = text
-        .lines()
-        .filter(|l| l.starts_with("qosd_manifest_errors_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>();
-    if errors < 1.0 {
-        return Err(fail_with_log(
-            format!("qosd_manifest_errors_total is {errors} after a malformed manifest"),
-            &agent,
-        ));
-    }
+    let text = wait_for(
+        "qosd_manifest_errors_total counts the malformed manifest",
+        Duration::from_secs(10),
+        || {
+            let text = agent.scrape()?;
+            match sample_value(&text, "qosd_manifest_errors_total", "") {
+                Some(n) if n >= 1.0 => Ok(text),
+                other => Err(format!("qosd_manifest_errors_total = {other:?}")),
+            }
+        },
+    )
+    .map_err(|e| fail_with_log(e, &agent))?;
     let still: Vec<u32> = procs_in(&format!("{guaranteed}/spin"))?;
     if !spin_pids.iter().all(|p| still.contains(p)) {
         return Err(format!(
@@ -398,7 +415,7 @@ fn run(ctx: &Context) -> Result<String, String> {
 
     // SIGTERM: containers stopped, every cgroup qosd created removed.
     let (status, took) = agent.stop(libc::SIGTERM, Duration::from_secs(30))?;
-    let _ = std::fs::remove_dir_all(&manifests);
+
     let left = h.leftovers();
     if !status.success() || !left.is_empty() {
         return Err(format!(
@@ -495,6 +512,11 @@ fn allocatable(ctx: &Context) -> Result<String, String> {
     )
     .map_err(|e| e.to_string())?;
     let manifests = std::env::temp_dir().join(format!("{}-manifests", h.root_name));
+    let _cleanup = TempPaths(vec![
+        manifests.clone(),
+        PathBuf::from(format!("{}-logs", manifests.display())),
+        config.clone(),
+    ]);
     std::fs::create_dir_all(&manifests).map_err(|e| e.to_string())?;
     std::fs::write(manifests.join("too-big.yaml"), TOO_BIG).map_err(|e| e.to_string())?;
 
@@ -503,6 +525,8 @@ fn allocatable(ctx: &Context) -> Result<String, String> {
         &manifests.display().to_string(),
         "--kubelet-config",
         &config.display().to_string(),
+        "--container-log-dir",
+        &format!("{}-logs", manifests.display()),
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -563,8 +587,7 @@ fn allocatable(ctx: &Context) -> Result<String, String> {
         problems.push("the rejected pod got a cgroup".to_owned());
     }
     let (status, _) = agent.stop(libc::SIGTERM, Duration::from_secs(30))?;
-    let _ = std::fs::remove_dir_all(&manifests);
-    let _ = std::fs::remove_file(&config);
+
     if !status.success() {
         problems.push(format!("qosd exited {status}"));
     }
