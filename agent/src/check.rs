@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 use crate::cgroup::CgroupLayout;
 use crate::probes::cpu_time::{self, CpuTimeProbe};
 use crate::probes::features::KernelFeatures;
+use crate::probes::runqlat::{self, SchedProbe};
+use crate::probes::throttle;
 use crate::probes::{ProbeMode, btf::VMLINUX_BTF};
 
 /// Builds the report text. Never fails: every problem becomes a line of the report.
@@ -58,5 +60,35 @@ pub fn report() -> String {
             let _ = writeln!(out, "  {:<15} {mode}", cpu_time::PROBE_NAME);
         }
     }
+    match SchedProbe::attach(v1_cpu, false) {
+        Ok(probe) => {
+            let _ = writeln!(
+                out,
+                "  {:<15} {:<15} sched_wakeup, sched_wakeup_new, sched_switch; per-task state in {}",
+                runqlat::PROBE_NAME,
+                probe.mode().to_string(),
+                runqlat::TASK_STATE_STORAGE
+            );
+            for (mode, why) in probe.refused_modes() {
+                let _ = writeln!(out, "  {:<15} (not {}: {why})", "", mode.label());
+            }
+            let _ = writeln!(
+                out,
+                "  {:<15} {} throttle_cfs_rq (fexit), unthrottle_cfs_rq (fentry)",
+                throttle::PROBE_NAME,
+                probe.throttle_mode()
+            );
+        }
+        Err(e) => {
+            let mode = ProbeMode::Unavailable(e.to_string());
+            let _ = writeln!(out, "  {:<15} {mode}", runqlat::PROBE_NAME);
+            let _ = writeln!(out, "  {:<15} {mode}", throttle::PROBE_NAME);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  {:<15} {:<15} cpu.stat nr_periods, nr_throttled, throttled time of cgroups with a quota",
+        "cpu_throttling", "cgroupfs"
+    );
     out
 }

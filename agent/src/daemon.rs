@@ -10,10 +10,14 @@ use tokio::sync::watch;
 use crate::cgroup::{CgroupLayout, LayoutError};
 use crate::cm::index::WorkloadIndex;
 use crate::metrics::cgroup_cpu::CgroupCpuCollector;
+use crate::metrics::cpu_throttling::CpuThrottlingCollector;
+use crate::metrics::runqlat::RunqCollector;
 use crate::metrics::server::{InspectText, MetricsServer, ServerError};
 use crate::metrics::{Metrics, MetricsError};
 use crate::probes::ProbeMode;
 use crate::probes::cpu_time::{self, CpuTimeProbe, ModePreference};
+use crate::probes::runqlat::{self, SchedProbe};
+use crate::probes::throttle;
 use crate::standalone::{Standalone, StandaloneError, StandaloneOptions};
 
 /// What `qosd run` needs.
@@ -76,11 +80,12 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     match tokio::task::spawn_blocking(move || CpuTimeProbe::attach(v1_cpu, preference)).await {
         Ok(Ok(probe)) => {
             metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
-            let collector = CgroupCpuCollector::new(Box::new(probe), hierarchy, workloads.clone())
-                .map_err(|source| MetricsError::Register {
-                    name: "qosd_cgroup_cpu_seconds_total",
-                    source,
-                })?;
+            let collector =
+                CgroupCpuCollector::new(Box::new(probe), hierarchy.clone(), workloads.clone())
+                    .map_err(|source| MetricsError::Register {
+                        name: "qosd_cgroup_cpu_seconds_total",
+                        source,
+                    })?;
             metrics.register("qosd_cgroup_cpu_seconds_total", Box::new(collector))?;
         }
         Ok(Err(e)) => {
@@ -92,6 +97,40 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
             metrics.set_probe_mode(cpu_time::PROBE_NAME, &ProbeMode::Unavailable(e.to_string()));
         }
     }
+    // Run-queue latency, preemption pairs and throttle episodes: same degrade-never-stop rule.
+    let prefer_raw = preference == ModePreference::RawTracepoint;
+    match tokio::task::spawn_blocking(move || SchedProbe::attach(v1_cpu, prefer_raw)).await {
+        Ok(Ok(probe)) => {
+            metrics.set_probe_mode(runqlat::PROBE_NAME, probe.mode());
+            metrics.set_probe_mode(throttle::PROBE_NAME, probe.throttle_mode());
+            let collector =
+                RunqCollector::new(Box::new(probe), hierarchy.clone(), workloads.clone()).map_err(
+                    |source| MetricsError::Register {
+                        name: "qosd_runqueue_latency_seconds",
+                        source,
+                    },
+                )?;
+            metrics.register("qosd_runqueue_latency_seconds", Box::new(collector))?;
+        }
+        Ok(Err(e)) => {
+            tracing::error!(probe = runqlat::PROBE_NAME, error = %e, "probe unavailable; running without it");
+            let mode = ProbeMode::Unavailable(e.to_string());
+            metrics.set_probe_mode(runqlat::PROBE_NAME, &mode);
+            metrics.set_probe_mode(throttle::PROBE_NAME, &mode);
+        }
+        Err(e) => {
+            tracing::error!(probe = runqlat::PROBE_NAME, error = %e, "probe loader panicked; running without it");
+            let mode = ProbeMode::Unavailable(e.to_string());
+            metrics.set_probe_mode(runqlat::PROBE_NAME, &mode);
+            metrics.set_probe_mode(throttle::PROBE_NAME, &mode);
+        }
+    }
+    let throttling = CpuThrottlingCollector::new(hierarchy.clone(), v1_cpu, workloads.clone())
+        .map_err(|source| MetricsError::Register {
+            name: "qosd_cpu_periods_total",
+            source,
+        })?;
+    metrics.register("qosd_cpu_periods_total", Box::new(throttling))?;
     let standalone = match &options.standalone {
         Some(opts) => {
             let started = Standalone::start(

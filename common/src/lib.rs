@@ -64,6 +64,102 @@ pub struct ProbeStats {
 /// Capacity of the per-cgroup cpu-time map. User space removes entries of cgroups that are gone.
 pub const MAX_CGROUPS: u32 = 16_384;
 
+/// Byte offsets the run-queue latency and throttling programs need beyond [`KernelOffsets`],
+/// read from the running kernel's BTF at load time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedOffsets {
+    /// `task_struct.__state` (5.14+, `unsigned int`) or `task_struct.state` (older, `long`);
+    /// the low 32 bits are read, which hold every state bit on little-endian machines.
+    pub task_state: u32,
+    /// `cfs_rq.tg` (`struct task_group *`).
+    pub cfs_rq_tg: u32,
+    /// `task_group.css` (embedded `struct cgroup_subsys_state`).
+    pub tg_css: u32,
+    /// `cfs_rq.throttled` (`int`): non-zero while the cfs_rq is throttled.
+    pub cfs_rq_throttled: u32,
+    /// 1 when the offsets are filled in; 0 means "not configured" and the programs count nothing.
+    pub configured: u32,
+}
+
+/// What the run-queue programs remember about a task waiting for a CPU (one entry per task,
+/// in a bounded LRU hash keyed by pid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitStart {
+    /// `bpf_ktime_get_ns()` when the task became runnable (woken) or was preempted.
+    pub since_ns: u64,
+    /// For a preempted task, the cgroup it was preempted in; 0 after a wakeup.
+    pub victim_cgroup: u64,
+    /// For a preempted task, the cgroup of the task that took the CPU; 0 after a wakeup.
+    pub preemptor_cgroup: u64,
+}
+
+/// Key of the per-cgroup run-queue wait histogram: one entry per (cgroup, bucket).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HistKey {
+    /// cgroup id (kernfs id).
+    pub cgroup_id: u64,
+    /// log2 bucket: the wait `w` in nanoseconds falls in bucket `b` when `2^(b-1) <= w < 2^b`
+    /// (bucket 0 holds `w == 0`); [`HIST_SUM_BUCKET`] holds the sum of waits in nanoseconds.
+    pub bucket: u32,
+    /// Padding, always 0.
+    pub pad: u32,
+}
+
+/// The bucket number under which a histogram keeps its sum (nanoseconds).
+pub const HIST_SUM_BUCKET: u32 = 0xffff;
+/// Highest log2 bucket the programs record; longer waits land here.
+pub const HIST_MAX_BUCKET: u32 = 40;
+
+/// Key of the preemption-pair counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PreemptKey {
+    /// cgroup of the task switched out while still runnable.
+    pub victim_cgroup: u64,
+    /// cgroup of the task switched in instead.
+    pub preemptor_cgroup: u64,
+}
+
+/// Value of the preemption-pair counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PreemptValue {
+    /// Preemptions.
+    pub count: u64,
+    /// Nanoseconds the victims then waited before running again.
+    pub wait_ns: u64,
+}
+
+/// Per-CPU health counters of the run-queue and throttling probes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqStats {
+    /// sched_switch events handled.
+    pub switches: u64,
+    /// sched_wakeup / sched_wakeup_new events handled.
+    pub wakeups: u64,
+    /// Waits that could not be recorded (a map full or busy).
+    pub dropped: u64,
+    /// Events whose task or cgroup could not be read from kernel memory.
+    pub read_errors: u64,
+    /// Throttle episodes recorded (fentry on unthrottle_cfs_rq).
+    pub throttle_episodes: u64,
+    /// Throttle starts or ends that could not be recorded.
+    pub throttle_dropped: u64,
+}
+
+/// Capacity of the per-task wait-start LRU hash (pids waiting for a CPU at the same time).
+pub const MAX_WAITING_TASKS: u32 = 16_384;
+/// Capacity of the per-(cgroup, bucket) histogram map.
+pub const MAX_HIST_ENTRIES: u32 = 32_768;
+/// Capacity of the preemption-pair map.
+pub const MAX_PREEMPT_PAIRS: u32 = 16_384;
+/// Capacity of the map of throttled `cfs_rq`s (CPUs times throttled cgroups).
+pub const MAX_THROTTLED_CFS_RQS: u32 = 16_384;
+
 /// Names of the maps and globals in the kernel object, shared so both sides agree.
 pub mod names {
     /// Global holding [`super::KernelOffsets`].
@@ -78,6 +174,31 @@ pub mod names {
     pub const SWITCH_TP_BTF: &str = "cpu_time_tp_btf";
     /// sched_switch program, raw tracepoint flavour.
     pub const SWITCH_RAW_TP: &str = "cpu_time_raw_tp";
+    /// Global holding [`super::SchedOffsets`].
+    pub const SCHED_OFFSETS_GLOBAL: &str = "QOSD_SCHED_OFFSETS";
+    /// LRU hash: pid (u32) -> [`super::WaitStart`].
+    pub const WAIT_START_MAP: &str = "RUNQ_WAIT_START";
+    /// Per-CPU hash: [`super::HistKey`] -> count (or sum in ns).
+    pub const RUNQ_HIST_MAP: &str = "RUNQ_HIST";
+    /// Per-CPU hash: [`super::PreemptKey`] -> [`super::PreemptValue`].
+    pub const PREEMPT_MAP: &str = "RUNQ_PREEMPT";
+    /// Per-CPU array with one [`super::RunqStats`].
+    pub const RUNQ_STATS_MAP: &str = "RUNQ_STATS";
+    /// Hash: `struct cfs_rq *` (u64) -> throttle start (ns).
+    pub const THROTTLED_MAP: &str = "THROTTLED_CFS_RQ";
+    /// Per-CPU hash: [`super::HistKey`] -> throttle episode count (or sum in ns).
+    pub const THROTTLE_HIST_MAP: &str = "THROTTLE_HIST";
+    /// sched_switch / sched_wakeup / sched_wakeup_new programs, tp_btf flavour.
+    pub const RUNQ_SWITCH_TP_BTF: &str = "runq_switch_tp_btf";
+    pub const RUNQ_WAKEUP_TP_BTF: &str = "runq_wakeup_tp_btf";
+    pub const RUNQ_WAKEUP_NEW_TP_BTF: &str = "runq_wakeup_new_tp_btf";
+    /// The same, raw tracepoint flavour.
+    pub const RUNQ_SWITCH_RAW_TP: &str = "runq_switch_raw_tp";
+    pub const RUNQ_WAKEUP_RAW_TP: &str = "runq_wakeup_raw_tp";
+    pub const RUNQ_WAKEUP_NEW_RAW_TP: &str = "runq_wakeup_new_raw_tp";
+    /// fexit on throttle_cfs_rq, fentry on unthrottle_cfs_rq.
+    pub const THROTTLE_FEXIT: &str = "throttle_cfs_rq_fexit";
+    pub const UNTHROTTLE_FENTRY: &str = "unthrottle_cfs_rq_fentry";
 }
 
 #[cfg(feature = "user")]
@@ -89,4 +210,16 @@ mod pod {
     unsafe impl aya::Pod for super::RunningTask {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ProbeStats {}
+    // SAFETY: as above (HistKey's explicit `pad` leaves no implicit padding).
+    unsafe impl aya::Pod for super::SchedOffsets {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::WaitStart {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::HistKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PreemptKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PreemptValue {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::RunqStats {}
 }

@@ -7,8 +7,12 @@
 //! `tp_btf` (BTF-typed raw tracepoint) and `raw_tp`. Both read the task's cgroup id by
 //! following field offsets that user space read from the running kernel's BTF
 //! ([`KernelOffsets`]), so this one object serves every supported kernel.
+//!
+//! [`runq`]: run-queue latency, preemption pairs and CFS throttle episodes.
 #![no_std]
 #![no_main]
+
+mod runq;
 
 use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},

@@ -5,6 +5,7 @@
 //! embedded defaults ([`run`]), running every test tier with a summary ([`test`]), and
 //! booting guest kernels ([`vm`]).
 
+mod bench;
 mod run;
 mod setup;
 mod test;
@@ -51,6 +52,12 @@ enum Command {
         /// Shell command line run by the guest's init after the mounts.
         command: String,
     },
+    /// Run the criterion benchmarks (`cargo bench -p qosd`) and print their figures against
+    /// the targets (topology merge under 10 ms).
+    Bench {
+        /// Only benchmarks whose id contains this string.
+        filter: Option<String>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -75,6 +82,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             timeout,
             command,
         } => boot_one(&kernel, &files, timeout, &command),
+        Command::Bench { filter } => bench::run(filter.as_deref()),
     }
 }
 

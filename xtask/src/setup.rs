@@ -10,7 +10,15 @@ use anyhow::{Context as _, Result, bail};
 use crate::vm;
 
 /// Debian packages the test tiers need, with what each is for.
-const PACKAGES: &[(&str, &str)] = &[
+/// Debian packages the build needs (`cargo xtask run` installs these too).
+const BUILD_PACKAGES: &[(&str, &str)] = &[
+    ("libhwloc-dev", "hwlocality links against hwloc"),
+    ("pkg-config", "hwlocality finds hwloc with it"),
+    ("libudev-dev", "hwloc.pc lists -ludev for the link"),
+];
+
+/// Debian packages the test tiers need on top of the build's.
+const TEST_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86", "boots the guest kernels"),
     ("busybox-static", "the guests' userland"),
     ("cpio", "packs the guests' initramfs"),
@@ -40,6 +48,7 @@ impl Toolchain {
 /// Installs what the build needs (rust-src, bpf-linker).
 pub fn build_tools() -> Result<Toolchain> {
     let cache = vm::cache_dir()?;
+    ensure_packages(BUILD_PACKAGES)?;
     ensure_rust_src()?;
     let bpf_linker_dir = ensure_bpf_linker(&cache)?;
     Ok(Toolchain {
@@ -51,7 +60,7 @@ pub fn build_tools() -> Result<Toolchain> {
 /// Installs everything: build tools, Debian packages, guest kernels.
 pub fn all() -> Result<Toolchain> {
     let toolchain = build_tools()?;
-    ensure_packages()?;
+    ensure_packages(TEST_PACKAGES)?;
     let kernels = vm::ensure_kernels(&toolchain.cache)?;
     for k in &kernels {
         println!(
@@ -129,8 +138,8 @@ fn ensure_bpf_linker(cache: &Path) -> Result<PathBuf> {
     Ok(bin_dir)
 }
 
-fn ensure_packages() -> Result<()> {
-    let missing: Vec<&str> = PACKAGES
+fn ensure_packages(packages: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .map(|(name, _)| *name)
         .filter(|name| {

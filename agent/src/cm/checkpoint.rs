@@ -112,10 +112,7 @@ impl GoValue {
     pub fn structure(ty: &str, fields: Vec<(&str, GoValue)>) -> Self {
         Self::Struct {
             ty: ty.to_owned(),
-            fields: fields
-                .into_iter()
-                .map(|(n, v)| (n.to_owned(), v))
-                .collect(),
+            fields: fields.into_iter().map(|(n, v)| (n.to_owned(), v)).collect(),
         }
     }
 
@@ -540,10 +537,13 @@ mod tests {
                         ),
                     ),
                     ("N", GoValue::map("map[int]string", None)),
-                    ("C", GoValue::Uint {
-                        ty: "checksum.Checksum".into(),
-                        value: 0,
-                    }),
+                    (
+                        "C",
+                        GoValue::Uint {
+                            ty: "checksum.Checksum".into(),
+                            value: 0,
+                        },
+                    ),
                 ],
             )),
         );

@@ -2,8 +2,11 @@
 pub mod admission;
 pub mod allocatable;
 pub mod capacity;
+pub mod checkpoint;
+pub mod cpu;
 pub mod index;
 pub mod manager;
+pub mod memory;
 pub mod metrics;
 pub mod pod_resources;
 pub mod qos_tiers;

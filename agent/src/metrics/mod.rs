@@ -2,8 +2,12 @@
 //!
 //! - [`cgroup_cpu`]: `qosd_cgroup_cpu_seconds_total` and the probe's health series, read from
 //!   the kernel maps at scrape time so every scrape sees the kernel's current counters.
+//! - [`runqlat`]: run-queue latency, preemption pairs and throttle episodes (eBPF maps).
+//! - [`cpu_throttling`]: CFS throttling counters from each cgroup's `cpu.stat`.
 //! - [`server`]: `/metrics` and `/healthz` over HTTP/1.1 (hyper).
 pub mod cgroup_cpu;
+pub mod cpu_throttling;
+pub mod runqlat;
 pub mod server;
 
 use prometheus::{IntGaugeVec, Opts, Registry};

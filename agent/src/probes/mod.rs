@@ -4,9 +4,13 @@
 //! - [`btf`]: struct offsets from the running kernel's BTF.
 //! - [`features`]: what the kernel offers (version, BTF, fentry, kprobes) for `qosd check`.
 //! - [`cpu_time`]: on-CPU time per cgroup from sched_switch.
+//! - [`runqlat`]: run-queue latency and preemption pairs per cgroup.
+//! - [`throttle`]: CFS throttle episodes (fentry) and `cpu.stat` counters.
 pub mod btf;
 pub mod cpu_time;
 pub mod features;
+pub mod runqlat;
+pub mod throttle;
 
 use std::fmt;
 

@@ -234,3 +234,104 @@ impl fmt::Debug for NumaMask {
         write!(f, "NumaMask({self})")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(nodes: &[usize]) -> NumaMask {
+        NumaMask::new(nodes).unwrap()
+    }
+
+    #[test]
+    fn new_and_add_reject_out_of_range_bits() {
+        // kubelet TestNewBitMask / TestAdd.
+        assert_eq!(m(&[0]).bits(), 0b1);
+        assert_eq!(m(&[1, 0]).bits(), 0b11);
+        assert_eq!(m(&[63]).bits(), 1 << 63);
+        assert_eq!(NumaMask::new(&[64]), Err(MaskError::OutOfRange { bit: 64 }));
+        let mut mask = m(&[1]);
+        assert!(mask.add(&[2, 64]).is_err());
+        assert_eq!(mask, m(&[1]), "a failed add leaves the mask unchanged");
+        mask.remove(&[1]).unwrap();
+        assert!(mask.is_empty());
+        assert_eq!(
+            MaskError::OutOfRange { bit: 70 }.to_string(),
+            "bit number must be in range 0-63, got 70"
+        );
+    }
+
+    #[test]
+    fn set_operations() {
+        // kubelet TestAnd / TestOr / TestIsSet / TestAnySet / TestCount / TestGetBits.
+        assert_eq!(m(&[0, 1]).and(m(&[1, 2])), m(&[1]));
+        assert_eq!(m(&[0]).or(m(&[2])), m(&[0, 2]));
+        assert!(m(&[5]).is_set(5) && !m(&[5]).is_set(4) && !m(&[5]).is_set(99));
+        assert!(m(&[3]).any_set(&[1, 3]) && !m(&[3]).any_set(&[1, 2]));
+        assert_eq!(m(&[0, 33, 63]).count(), 3);
+        assert_eq!(m(&[33, 0, 63]).to_vec(), vec![0, 33, 63]);
+        assert!(m(&[1]).is_subset_of(m(&[0, 1])) && !m(&[2]).is_subset_of(m(&[0, 1])));
+        assert_eq!(
+            NumaMask::and_all([m(&[0, 1, 2]), m(&[1, 2]), m(&[2, 3])]),
+            m(&[2])
+        );
+        assert_eq!(NumaMask::and_all([]), NumaMask::EMPTY);
+        assert_eq!(NumaMask::first_n(3), m(&[0, 1, 2]));
+        assert_eq!(NumaMask::first_n(64).count(), 64);
+    }
+
+    #[test]
+    fn narrower_than_mirrors_kubelet() {
+        // kubelet TestIsNarrowerThan rows: fewer bits, else the numerically smaller mask.
+        let rows = [
+            (&[0][..], &[0, 1][..], true),
+            (&[0, 1][..], &[0][..], false),
+            (&[0][..], &[1][..], true),
+            (&[1][..], &[0][..], false),
+            (&[0, 2][..], &[1, 2][..], true),
+            (&[0, 1][..], &[0, 1][..], false),
+        ];
+        for (a, b, expected) in rows {
+            assert_eq!(m(a).is_narrower_than(m(b)), expected, "{a:?} < {b:?}");
+        }
+        assert!(m(&[0, 1]).is_less_than(m(&[2])));
+        assert!(m(&[2]).is_greater_than(m(&[0, 1])));
+    }
+
+    #[test]
+    fn subsets_come_in_kubelets_iteration_order() {
+        // kubelet TestIterateBitMasks: every subset, by size, lexicographic within a size.
+        let mut seen = Vec::new();
+        NumaMask::for_each_subset(&[0, 1, 2], |mask| seen.push(mask.to_vec()));
+        assert_eq!(
+            seen,
+            vec![
+                vec![0],
+                vec![1],
+                vec![2],
+                vec![0, 1],
+                vec![0, 2],
+                vec![1, 2],
+                vec![0, 1, 2]
+            ]
+        );
+        for n in 0..=10 {
+            let nodes: Vec<usize> = (0..n).collect();
+            let mut count = 0usize;
+            let mut distinct = std::collections::BTreeSet::new();
+            NumaMask::for_each_subset(&nodes, |mask| {
+                count += 1;
+                distinct.insert(mask);
+            });
+            assert_eq!(count, (1usize << n) - 1);
+            assert_eq!(distinct.len(), count);
+        }
+    }
+
+    #[test]
+    fn displays_as_a_linux_list() {
+        assert_eq!(m(&[0, 1, 2, 5, 7, 8]).to_string(), "0-2,5,7-8");
+        assert_eq!(NumaMask::EMPTY.to_string(), "");
+        assert_eq!(format!("{:?}", m(&[3])), "NumaMask(3)");
+    }
+}

@@ -3,6 +3,8 @@ pub mod cgroups;
 pub mod cpu_time;
 pub mod lifecycle;
 pub mod pods;
+pub mod runqlat;
+pub mod throttle;
 
 use crate::harness::Case;
 
@@ -56,6 +58,26 @@ pub fn all() -> Vec<Case> {
         Case {
             name: "sigint_detaches_programs_and_exits_zero_within_1s",
             run: lifecycle::sigint_detaches,
+        },
+        Case {
+            name: "runqueue_latency_matches_schedstat",
+            run: runqlat::waits_match_schedstat,
+        },
+        Case {
+            name: "runqueue_latency_matches_schedstat_raw_tracepoint",
+            run: runqlat::waits_match_schedstat_raw_tracepoint,
+        },
+        Case {
+            name: "preemption_pairs_attributed_to_victim_and_preemptor",
+            run: runqlat::preemption_pairs,
+        },
+        Case {
+            name: "cpu_throttling_counters_match_cpu_stat",
+            run: throttle::counters_match_cpu_stat,
+        },
+        Case {
+            name: "cpu_throttle_episodes_match_cpu_stat",
+            run: throttle::episodes_match_cpu_stat,
         },
     ]
 }

@@ -171,7 +171,11 @@ impl Cpus {
     #[must_use]
     pub fn is_subset(&self, other: &Self) -> bool {
         self.words.len() <= other.words.len()
-            && self.words.iter().zip(&other.words).all(|(a, b)| a & !b == 0)
+            && self
+                .words
+                .iter()
+                .zip(&other.words)
+                .all(|(a, b)| a & !b == 0)
     }
 
     /// The cgroup layer's list type.
@@ -259,9 +263,16 @@ mod tests {
         let mut a = Cpus::parse("1,200").unwrap();
         a.remove(200);
         assert_eq!(a, Cpus::parse("1").unwrap());
-        let c = Cpus::parse("0-127").unwrap().difference(&Cpus::parse("64-127").unwrap());
+        let c = Cpus::parse("0-127")
+            .unwrap()
+            .difference(&Cpus::parse("64-127").unwrap());
         assert_eq!(c, Cpus::parse("0-63").unwrap());
-        assert!(Cpus::parse("5").unwrap().difference(&Cpus::parse("5").unwrap()).is_empty());
+        assert!(
+            Cpus::parse("5")
+                .unwrap()
+                .difference(&Cpus::parse("5").unwrap())
+                .is_empty()
+        );
     }
 
     proptest! {
@@ -271,7 +282,7 @@ mod tests {
             let list: CpuSet = ids.iter().copied().collect();
             prop_assert_eq!(cpus.to_string(), list.to_string());
             prop_assert_eq!(cpus.len(), ids.len());
-            prop_assert_eq!(Cpus::parse(&cpus.to_string()).unwrap(), cpus.clone());
+            prop_assert_eq!(&Cpus::parse(&cpus.to_string()).unwrap(), &cpus);
             prop_assert_eq!(cpus.to_cpuset(), list);
         }
     }

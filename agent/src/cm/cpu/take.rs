@@ -224,7 +224,11 @@ impl<'a> Accumulator<'a> {
             }
             SortingStrategy::Spread => {
                 for socket in self.sort_sockets() {
-                    out.extend(self.avail.intersection(self.topo.socket_cpus(socket)).iter());
+                    out.extend(
+                        self.avail
+                            .intersection(self.topo.socket_cpus(socket))
+                            .iter(),
+                    );
                 }
             }
         }
@@ -311,25 +315,16 @@ impl<'a> Accumulator<'a> {
     }
 
     /// kubelet's `takePartialUncore`: take the request from this one uncore cache if its first
-    /// free cores (by id) hold exactly what is needed; with SMT and an odd request, the last
-    /// thread of the last core is left out.
+    /// `needed / cpus per core` cores with free CPUs (by id) hold exactly what is needed.
     fn take_partial_uncore(&mut self, uncore: u32) {
         let Ok(needed) = usize::try_from(self.needed) else {
             return;
         };
-        let per_core = self.topo.cpus_per_core().max(1);
-        let cores_needed = needed.div_ceil(per_core);
+        let cores_needed = needed / self.topo.cpus_per_core().max(1);
         let cores = self.cores_with_free(self.topo.cores_of_uncore(uncore));
         let mut free = Cpus::new();
         for &core in cores.iter().take(cores_needed) {
             free.union_with(&self.avail.intersection(self.topo.core_cpus(core)));
-        }
-        if needed % 2 != 0 && per_core > 1 {
-            let mut list = free.to_vec();
-            if list.len() > needed {
-                list.pop();
-            }
-            free = list.into_iter().collect();
         }
         if free.len() == needed {
             self.take(&free);
@@ -364,6 +359,11 @@ impl<'a> Accumulator<'a> {
 
     fn take_remaining_cpus(&mut self) {
         for cpu in self.sorted_cpus() {
+            // The order can list a CPU twice when a socket spans NUMA nodes that are ordered
+            // first; kubelet would count it twice.
+            if self.result.contains(cpu) {
+                continue;
+            }
             self.take(&std::iter::once(cpu).collect());
             if self.is_satisfied() {
                 return;
@@ -373,7 +373,7 @@ impl<'a> Accumulator<'a> {
 
     /// kubelet's `rangeNUMANodesNeededToSatisfy`.
     fn numa_range_needed(&self, group_size: usize) -> (usize, usize) {
-        let num_numa = self.topo.num_numa_nodes.max(1);
+        let num_numa = self.topo.numa_ids().count().max(1);
         let avail_numa = self.avail_numas().len();
         let num_cpus = self.topo.num_cpus;
         let groups = (num_cpus.saturating_sub(1)) / group_size + 1;
@@ -466,7 +466,10 @@ fn standard_deviation(xs: &[i64]) -> f64 {
     }
     let len = xs.len() as f64;
     let mean = (xs.iter().map(|&x| x as f64).sum::<f64>() / len * 1000.0).round() / 1000.0;
-    let sum: f64 = xs.iter().map(|&x| (x as f64 - mean) * (x as f64 - mean)).sum();
+    let sum: f64 = xs
+        .iter()
+        .map(|&x| (x as f64 - mean) * (x as f64 - mean))
+        .sum();
     ((sum / len).sqrt() * 1000.0).round() / 1000.0
 }
 
@@ -508,7 +511,7 @@ pub fn take_distributed(
     strategy: SortingStrategy,
 ) -> Result<Cpus, TakeError> {
     let group_size = group_size.max(1);
-    if num_cpus % group_size != 0 {
+    if !num_cpus.is_multiple_of(group_size) {
         return take_packed(topo, available, num_cpus, strategy, false);
     }
     let mut acc = Accumulator::new(topo, available, num_cpus, strategy);
@@ -580,8 +583,7 @@ pub fn take_distributed(
                     if hand_out_remainder(&mut after, subset, remainder, group).is_none() {
                         return ControlFlow::Continue(());
                     }
-                    let balance =
-                        standard_deviation(&after.values().copied().collect::<Vec<_>>());
+                    let balance = standard_deviation(&after.values().copied().collect::<Vec<_>>());
                     if balance < best_local_balance {
                         best_local_balance = balance;
                         best_local_remainder = Some(subset.to_vec());

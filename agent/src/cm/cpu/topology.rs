@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::cpuset::Cpus;
+use crate::topology::MachineTopology;
 
 /// Errors building a topology.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +21,8 @@ pub enum TopologyError {
     DuplicateCpu { cpu: u32 },
     #[error("core of cpus {threads:?} has no cpus or repeats one")]
     BadCore { threads: Vec<u32> },
+    #[error("id {0} is too large")]
+    IdOutOfRange(usize),
 }
 
 /// Where one logical CPU sits.
@@ -161,6 +164,25 @@ impl CpuTopology {
         Self::new(cpus)
     }
 
+    /// From the machine topology ([`MachineTopology`]: cores, packages, NUMA nodes and L3
+    /// caches with kubelet's ids).
+    pub fn from_machine(machine: &MachineTopology) -> Result<Self, TopologyError> {
+        let id = |v: usize| u32::try_from(v).map_err(|_| TopologyError::IdOutOfRange(v));
+        let mut cpus = Vec::with_capacity(machine.num_cpus());
+        for (&cpu, info) in machine.cpus() {
+            cpus.push((
+                id(cpu)?,
+                CpuInfo {
+                    core: id(info.core)?,
+                    socket: id(info.package)?,
+                    numa: id(info.numa_node)?,
+                    uncore: id(info.uncore_cache)?,
+                },
+            ));
+        }
+        Self::new(cpus)
+    }
+
     /// A regular machine: `sockets` x `numa_per_socket` NUMA nodes x `cores_per_numa` cores x
     /// `threads` threads, `uncores_per_numa` L3 caches per NUMA node. CPUs are numbered as
     /// Linux numbers x86 machines: first thread of every core (0..cores), then the second, ...
@@ -210,7 +232,9 @@ impl CpuTopology {
     /// kubelet's `CPUsPerUncore`: `num_cpus / num_uncore_caches`.
     #[must_use]
     pub fn cpus_per_uncore(&self) -> usize {
-        self.num_cpus.checked_div(self.num_uncore_caches).unwrap_or(0)
+        self.num_cpus
+            .checked_div(self.num_uncore_caches)
+            .unwrap_or(0)
     }
 
     /// Every CPU.
@@ -402,5 +426,21 @@ mod tests {
             })
         );
         assert_eq!(CpuTopology::new([]), Err(TopologyError::NoCpus));
+    }
+
+    #[test]
+    fn from_machine_keeps_kubelets_ids() {
+        let machine = crate::topology::synthetic::dual_socket_snc2().unwrap();
+        let topo = CpuTopology::from_machine(&machine).unwrap();
+        assert_eq!(topo.num_cpus, machine.num_cpus());
+        assert_eq!(topo.num_cores, machine.num_cores());
+        assert_eq!(topo.num_sockets, machine.num_packages());
+        assert_eq!(topo.num_numa_nodes, machine.num_numa_nodes());
+        assert_eq!(topo.num_uncore_caches, machine.num_uncore_caches());
+        for (cpu, info) in machine.cpus() {
+            let mine = topo.cpu(u32::try_from(*cpu).unwrap()).unwrap();
+            assert_eq!(mine.core as usize, info.core);
+            assert_eq!(mine.numa as usize, info.numa_node);
+        }
     }
 }

@@ -86,7 +86,12 @@ pub fn filter_single_numa_hints(lists: &[Vec<TopologyHint>]) -> Vec<Vec<Topology
 pub fn max_of_min_affinity_counts(lists: &[Vec<TopologyHint>]) -> usize {
     lists
         .iter()
-        .filter_map(|list| list.iter().filter_map(|h| h.affinity).map(NumaMask::count).min())
+        .filter_map(|list| {
+            list.iter()
+                .filter_map(|h| h.affinity)
+                .map(NumaMask::count)
+                .min()
+        })
         .max()
         .unwrap_or(0)
 }
@@ -142,7 +147,11 @@ impl<'a> HintMerger<'a> {
                 continue;
             }
             seen.clear();
-            seen.extend(list.iter().filter(|h| h.preferred).filter_map(|h| h.affinity));
+            seen.extend(
+                list.iter()
+                    .filter(|h| h.preferred)
+                    .filter_map(|h| h.affinity),
+            );
             seen.sort_unstable();
             seen.dedup();
             for &mask in &seen {
@@ -157,7 +166,11 @@ impl<'a> HintMerger<'a> {
             // permutations give M & D.
             candidates.push(all);
             for list in lists {
-                candidates.extend(list.iter().filter(|h| h.preferred).filter_map(|h| h.affinity));
+                candidates.extend(
+                    list.iter()
+                        .filter(|h| h.preferred)
+                        .filter_map(|h| h.affinity),
+                );
             }
         } else {
             candidates.extend(
@@ -358,11 +371,8 @@ pub(crate) mod reference {
             return TopologyHint::new(all, false);
         }
         loop {
-            let permutation: Vec<TopologyHint> = index
-                .iter()
-                .zip(lists)
-                .map(|(&i, list)| list[i])
-                .collect();
+            let permutation: Vec<TopologyHint> =
+                index.iter().zip(lists).map(|(&i, list)| list[i]).collect();
             let merged = merge_permutation(all, &permutation);
             best = compare(numa, closest, best_count, best, merged);
             // Odometer step.
@@ -452,7 +462,11 @@ mod tests {
                     preferred: false,
                 },
             ],
-            vec![hint(&[1, 2], false), hint(&[0, 2], false), hint(&[3], false)],
+            vec![
+                hint(&[1, 2], false),
+                hint(&[0, 2], false),
+                hint(&[3], false),
+            ],
         ];
         assert_eq!(
             filter_single_numa_hints(&lists),
@@ -517,7 +531,14 @@ mod tests {
         // No preferred hint anywhere: the DP over reachable masks runs; B = 1.
         let lists: Vec<Vec<TopologyHint>> = lists
             .into_iter()
-            .map(|l| l.into_iter().map(|h| TopologyHint { preferred: false, ..h }).collect())
+            .map(|l| {
+                l.into_iter()
+                    .map(|h| TopologyHint {
+                        preferred: false,
+                        ..h
+                    })
+                    .collect()
+            })
             .collect();
         assert_eq!(merger.merge(&lists), hint(&[0], false));
     }
@@ -572,12 +593,20 @@ mod tests {
             })
             .prop_map(|(n, rows, lists)| {
                 let nodes: Vec<usize> = (0..n).collect();
-                (NumaInfo::new(&nodes, &rows).unwrap_or_else(|e| panic!("{e}")), lists)
+                (
+                    NumaInfo::new(&nodes, &rows).unwrap_or_else(|e| panic!("{e}")),
+                    lists,
+                )
             })
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(3000))]
+        // No regression files: a failure prints its minimal input, which belongs in a table test.
+        #![proptest_config(ProptestConfig {
+            cases: 3000,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
 
         #[test]
         fn merge_equals_kubelet_enumeration((numa, lists) in arb_case(), closest in any::<bool>()) {

@@ -1,0 +1,296 @@
+//! Run-queue latency and preemption pairs against the kernel's own per-task accounting
+//! (`/proc/<pid>/schedstat`, field 2: nanoseconds spent waiting on a run queue).
+use std::time::Duration;
+
+use crate::agent::{Agent, sample_value};
+use crate::cgroup_fixture::TestCgroups;
+use crate::harness::{Context, Outcome, fail};
+
+/// Allowed relative difference between qosd's wait sum and schedstat's.
+const TOLERANCE: f64 = 0.20;
+/// How long the pinned workloads spin.
+const SPIN_SECONDS: &str = "5";
+
+/// Two busy processes in one cgroup and a third in another, all pinned to one CPU: the crowded
+/// cgroup's wait histogram has a count and a sum, the sum agrees with the processes'
+/// schedstat run-queue time within 20 % over the same window, and an idle sleeper's cgroup
+/// waits about nothing.
+pub fn waits_match_schedstat(ctx: &Context) -> Outcome {
+    waits_outcome(run_waits(ctx, None))
+}
+
+/// The same with the handlers forced onto their raw_tracepoint fallback.
+pub fn waits_match_schedstat_raw_tracepoint(ctx: &Context) -> Outcome {
+    waits_outcome(run_waits(ctx, Some("raw_tracepoint")))
+}
+
+fn waits_outcome(result: Result<Option<String>, String>) -> Outcome {
+    match result {
+        Ok(Some(detail)) => Outcome::Pass(detail),
+        Ok(None) => Outcome::Skip(
+            "/proc/<pid>/schedstat is missing (CONFIG_SCHED_INFO off): no kernel reference".into(),
+        ),
+        Err(e) => fail(e),
+    }
+}
+
+/// A victim in cgroup A and a preemptor in cgroup B on one CPU show up as the pair (A, B), and
+/// the waits attributed to A's preemptions agree with A's schedstat run-queue time.
+pub fn preemption_pairs(ctx: &Context) -> Outcome {
+    match run_pairs(ctx) {
+        Ok(Some(detail)) => Outcome::Pass(detail),
+        Ok(None) => Outcome::Skip(
+            "/proc/<pid>/schedstat is missing (CONFIG_SCHED_INFO off): no kernel reference".into(),
+        ),
+        Err(e) => fail(e),
+    }
+}
+
+fn run_waits(ctx: &Context, mode: Option<&str>) -> Result<Option<String>, String> {
+    let args: Vec<String> = mode
+        .map(|m| vec!["--cpu-time-mode".to_owned(), m.replace('_', "-")])
+        .unwrap_or_default();
+    let agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
+    let live = agent.scrape()?;
+    if let Some(mode) = mode
+        && sample_value(
+            &live,
+            "qosd_probe_info",
+            &format!("mode=\"{mode}\",probe=\"runqlat\""),
+        ) != Some(1.0)
+    {
+        return Err(format!(
+            "asked for {mode}, qosd_probe_info does not show it:\n{live}"
+        ));
+    }
+    let mut cgroups = TestCgroups::create("qosd-systest-runq")?;
+    for child in ["crowded", "other", "idle"] {
+        cgroups.mkdir(child)?;
+    }
+    let exe = ctx.self_exe.clone();
+    let a1 = cgroups.spawn_in("crowded", &exe, &["spin", SPIN_SECONDS])?;
+    let a2 = cgroups.spawn_in("crowded", &exe, &["spin", SPIN_SECONDS])?;
+    let b = cgroups.spawn_in("other", &exe, &["spin", SPIN_SECONDS])?;
+    cgroups.spawn_in("idle", &exe, &["sleep", SPIN_SECONDS])?;
+    let cpu = last_allowed_cpu()?;
+    for pid in [a1, a2, b] {
+        // After the exec the shell has joined its cgroup: pinning earlier would be undone by
+        // cgroup v2's cpuset, which resets a task's affinity when it attaches.
+        wait_exec(pid)?;
+        pin(pid, cpu)?;
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let Some(before_kernel) = schedstat_wait(&[a1, a2]) else {
+        return Ok(None);
+    };
+    let before = histogram(&agent, &cgroups, "crowded")?;
+    let idle_before = histogram(&agent, &cgroups, "idle")?;
+    std::thread::sleep(Duration::from_secs(3));
+    let after_kernel = schedstat_wait(&[a1, a2]).ok_or("schedstat vanished mid-test")?;
+    let after = histogram(&agent, &cgroups, "crowded")?;
+    let idle_after = histogram(&agent, &cgroups, "idle")?;
+    cgroups.wait_all()?;
+
+    let kernel = (after_kernel - before_kernel) as f64 / 1e9;
+    let qosd = after.1 - before.1;
+    let count = after.0 - before.0;
+    let idle_sum = idle_after.1 - idle_before.1;
+    if kernel < 0.5 {
+        return Err(format!(
+            "the pinned processes waited only {kernel:.3}s by schedstat; the test cannot judge"
+        ));
+    }
+    let relative = (qosd - kernel).abs() / kernel;
+    let summary = format!(
+        "crowded cgroup on CPU {cpu}: qosd {qosd:.4}s over {count} waits vs schedstat {kernel:.4}s ({:.1}% apart); idle cgroup waited {idle_sum:.6}s",
+        relative * 100.0
+    );
+    if count <= 0.0 || relative > TOLERANCE {
+        return Err(format!(
+            "{summary}: expected a count and at most {:.0}% apart",
+            TOLERANCE * 100.0
+        ));
+    }
+    if idle_sum > 0.01 {
+        return Err(format!("{summary}: the sleeper's cgroup should wait ~0"));
+    }
+    Ok(Some(summary))
+}
+
+fn run_pairs(ctx: &Context) -> Result<Option<String>, String> {
+    let agent = Agent::start(&ctx.qosd, Duration::from_secs(60))?;
+    let mut cgroups = TestCgroups::create("qosd-systest-preempt")?;
+    for child in ["victim", "preemptor", "idle"] {
+        cgroups.mkdir(child)?;
+    }
+    let exe = ctx.self_exe.clone();
+    let victim = cgroups.spawn_in("victim", &exe, &["spin", SPIN_SECONDS])?;
+    let preemptor = cgroups.spawn_in("preemptor", &exe, &["spin", SPIN_SECONDS])?;
+    cgroups.spawn_in("idle", &exe, &["sleep", SPIN_SECONDS])?;
+    let cpu = last_allowed_cpu()?;
+    for pid in [victim, preemptor] {
+        // After the exec the shell has joined its cgroup: pinning earlier would be undone by
+        // cgroup v2's cpuset, which resets a task's affinity when it attaches.
+        wait_exec(pid)?;
+        pin(pid, cpu)?;
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let Some(before_kernel) = schedstat_wait(&[victim]) else {
+        return Ok(None);
+    };
+    let preemptor_before = schedstat_wait(&[preemptor]).unwrap_or_default();
+    let before = scrape_pair(&agent, &cgroups, "victim", "preemptor")?;
+    let idle_label = cgroups.label("idle");
+    let idle_before = idle_pairs(&agent.scrape()?, &idle_label);
+    std::thread::sleep(Duration::from_secs(3));
+    let after_kernel = schedstat_wait(&[victim]).ok_or("schedstat vanished mid-test")?;
+    let preemptor_waited = schedstat_wait(&[preemptor])
+        .unwrap_or_default()
+        .saturating_sub(preemptor_before) as f64
+        / 1e9;
+    let after = scrape_pair(&agent, &cgroups, "victim", "preemptor")?;
+    let text = agent.scrape()?;
+    cgroups.wait_all()?;
+
+    let count = after.0 - before.0;
+    let wait = after.1 - before.1;
+    let kernel = (after_kernel - before_kernel) as f64 / 1e9;
+    let reverse = sample_value(
+        &text,
+        "qosd_cgroup_preemptions_total",
+        &format!(
+            "preemptor_cgroup=\"{}\",victim_cgroup=\"{}\"",
+            cgroups.label("victim"),
+            cgroups.label("preemptor")
+        ),
+    )
+    .unwrap_or(0.0);
+    let idle_pairs = idle_pairs(&text, &idle_label) - idle_before;
+    if kernel < 0.5 {
+        return Err(format!(
+            "the victim waited only {kernel:.3}s by schedstat (the preemptor {preemptor_waited:.3}s; qosd: {count} preemptions, {wait:.3}s); the test cannot judge"
+        ));
+    }
+    let relative = (wait - kernel).abs() / kernel;
+    let summary = format!(
+        "(victim, preemptor) on CPU {cpu}: {count} preemptions, {wait:.4}s waited vs victim's schedstat {kernel:.4}s ({:.1}% apart); reverse pair {reverse} in total; pairs with the idle cgroup in the window: {idle_pairs}",
+        relative * 100.0
+    );
+    if count <= 0.0 || relative > TOLERANCE {
+        return Err(format!(
+            "{summary}: expected preemptions and waits within {:.0}%",
+            TOLERANCE * 100.0
+        ));
+    }
+    if idle_pairs > 2.0 {
+        return Err(format!("{summary}: the sleeper preempts or is preempted"));
+    }
+    Ok(Some(summary))
+}
+
+/// Preemptions in which the cgroup `label` took part, either way.
+fn idle_pairs(text: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.starts_with("qosd_cgroup_preemptions_total{") && l.contains(&format!("\"{label}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// (count, sum in seconds) of a child cgroup's wait histogram; zeros before the first wait.
+fn histogram(agent: &Agent, cgroups: &TestCgroups, child: &str) -> Result<(f64, f64), String> {
+    let text = agent.scrape()?;
+    let labels = format!("cgroup=\"{}\"", cgroups.label(child));
+    Ok((
+        sample_value(&text, "qosd_runqueue_latency_seconds_count", &labels).unwrap_or(0.0),
+        sample_value(&text, "qosd_runqueue_latency_seconds_sum", &labels).unwrap_or(0.0),
+    ))
+}
+
+/// (preemptions, wait seconds) of the pair (victim, preemptor).
+fn scrape_pair(
+    agent: &Agent,
+    cgroups: &TestCgroups,
+    victim: &str,
+    preemptor: &str,
+) -> Result<(f64, f64), String> {
+    let text = agent.scrape()?;
+    let labels = format!(
+        "preemptor_cgroup=\"{}\",victim_cgroup=\"{}\"",
+        cgroups.label(preemptor),
+        cgroups.label(victim)
+    );
+    Ok((
+        sample_value(&text, "qosd_cgroup_preemptions_total", &labels).unwrap_or(0.0),
+        sample_value(&text, "qosd_cgroup_preemption_wait_seconds_total", &labels).unwrap_or(0.0),
+    ))
+}
+
+/// Sum of `/proc/<pid>/schedstat` field 2 (run-queue wait, ns) over `pids`; `None` when the
+/// kernel has no schedstat.
+fn schedstat_wait(pids: &[u32]) -> Option<u64> {
+    let mut total = 0;
+    for pid in pids {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+        total += text.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+/// The highest-numbered CPU this process may use (away from CPU 0's housekeeping).
+fn last_allowed_cpu() -> Result<usize, String> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &raw mut set) };
+    if rc != 0 {
+        return Err(format!(
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        .rev()
+        // SAFETY: `cpu` is below CPU_SETSIZE and `set` is initialised.
+        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .ok_or_else(|| "empty CPU affinity".to_owned())
+}
+
+/// Waits until the spawning shell `pid` has executed the workload (its `comm` is no longer
+/// `sh`): under emulation an exec can take a while, and a workload not yet spinning would
+/// leave the measuring window without contention.
+fn wait_exec(pid: u32) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map_err(|e| format!("/proc/{pid}/comm: {e}"))?;
+        if comm.trim() != "sh" {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "process {pid} did not exec its workload within 20 s"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Pins process `pid` (and the threads it starts later) to `cpu`.
+fn pin(pid: u32, cpu: usize) -> Result<(), String> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is a CPU this process may use, below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    let pid = i32::try_from(pid).map_err(|e| e.to_string())?;
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid is our own child.
+    let rc = unsafe { libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &raw const set) };
+    if rc != 0 {
+        return Err(format!(
+            "sched_setaffinity({pid}, {cpu}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
