@@ -417,6 +417,67 @@ pub fn read_checkpoint(path: &Path) -> Result<Option<Vec<u8>>, CheckpointError> 
 /// Distinguishes temporary files of concurrent writers in one process.
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Where a manager keeps its checkpoint, and whether the file lags behind the manager's
+/// state because the last write failed (the next change, or [`CheckpointFile::write`],
+/// retries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointFile {
+    path: Option<PathBuf>,
+    dirty: bool,
+}
+
+impl CheckpointFile {
+    /// `file_name` in `state_dir`; without a state directory nothing is ever written.
+    #[must_use]
+    pub fn new(state_dir: Option<&Path>, file_name: &str) -> Self {
+        Self {
+            path: state_dir.map(|d| d.join(file_name)),
+            dirty: false,
+        }
+    }
+
+    /// The checkpoint's path, if there is one.
+    #[must_use]
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// True while the file does not hold the latest state.
+    #[must_use]
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Writes what `encode` produces, atomically (no-op without a path).
+    pub fn write(
+        &mut self,
+        encode: impl FnOnce() -> Result<Vec<u8>, serde_json::Error>,
+    ) -> Result<(), CheckpointError> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let bytes = encode().map_err(|source| CheckpointError::Encode {
+            path: path.clone(),
+            source,
+        })?;
+        write_atomic(path, &bytes)?;
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// [`CheckpointFile::write`]; a failure is logged for `manager` and left for a retry.
+    pub fn write_or_mark(
+        &mut self,
+        manager: &str,
+        encode: impl FnOnce() -> Result<Vec<u8>, serde_json::Error>,
+    ) {
+        if let Err(e) = self.write(encode) {
+            tracing::warn!(manager, error = %e, "checkpoint not written; will retry");
+            self.dirty = true;
+        }
+    }
+}
+
 /// Writes `contents` to `path` so that a crash at any point leaves either the previous file or
 /// the new one: the directory is created if needed, the data goes to a temporary file in the
 /// same directory which is fsynced, renamed over `path`, and the directory is fsynced so the

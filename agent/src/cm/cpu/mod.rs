@@ -29,7 +29,9 @@ pub use policy_static::{AllocateError, Allocation, StaticPolicy};
 pub use state::{CPU_MANAGER_STATE_FILE, CpuState};
 pub use topology::{CpuInfo, CpuTopology};
 
-use crate::cm::checkpoint::{self, CheckpointError, Recovery, RecoveryReason, Restored};
+use crate::cm::checkpoint::{
+    self, CheckpointError, CheckpointFile, Recovery, RecoveryReason, Restored,
+};
 use crate::cm::topology::hint::{AllocationError, HintProvider, ProviderHints, TopologyHint};
 use crate::config::kubelet::KubeletConfiguration;
 use crate::pods::model::{Container, Pod};
@@ -163,9 +165,7 @@ pub struct CpuManager {
     name: CpuPolicyName,
     topology: CpuTopology,
     state: CpuState,
-    checkpoint: Option<PathBuf>,
-    /// The last checkpoint write failed; [`CpuManager::persist`] retries.
-    dirty: bool,
+    checkpoint: CheckpointFile,
     counters: PinningCounters,
 }
 
@@ -204,11 +204,7 @@ impl CpuManager {
             name: config.policy,
             topology,
             state: CpuState::default(),
-            checkpoint: config
-                .state_dir
-                .as_ref()
-                .map(|d| d.join(CPU_MANAGER_STATE_FILE)),
-            dirty: false,
+            checkpoint: CheckpointFile::new(config.state_dir.as_deref(), CPU_MANAGER_STATE_FILE),
             counters: PinningCounters::default(),
         };
         let recovery = manager.restore()?;
@@ -219,7 +215,7 @@ impl CpuManager {
     }
 
     fn restore(&mut self) -> Result<Option<Recovery>, CpuManagerError> {
-        let Some(path) = self.checkpoint.clone() else {
+        let Some(path) = self.checkpoint.path().map(Path::to_owned) else {
             self.state = self.fresh_state();
             return Ok(None);
         };
@@ -476,33 +472,21 @@ impl CpuManager {
     /// True while the state has changes the checkpoint does not have.
     #[must_use]
     pub fn checkpoint_dirty(&self) -> bool {
-        self.dirty
+        self.checkpoint.is_dirty()
     }
 
     /// Writes the checkpoint now (no-op without a state directory).
     pub fn persist(&mut self) -> Result<(), CheckpointError> {
-        let Some(path) = &self.checkpoint else {
-            return Ok(());
-        };
-        write_checkpoint(path, self.name.as_str(), &self.state)?;
-        self.dirty = false;
-        Ok(())
+        let (name, state) = (self.name, &self.state);
+        self.checkpoint
+            .write(|| state::encode(name.as_str(), state))
     }
 
     fn persist_or_mark(&mut self) {
-        if let Err(e) = self.persist() {
-            tracing::warn!(error = %e, "CPU manager checkpoint not written; will retry");
-            self.dirty = true;
-        }
+        let (name, state) = (self.name, &self.state);
+        self.checkpoint
+            .write_or_mark("CPU manager", || state::encode(name.as_str(), state));
     }
-}
-
-fn write_checkpoint(path: &Path, policy: &str, state: &CpuState) -> Result<(), CheckpointError> {
-    let bytes = state::encode(policy, state).map_err(|source| CheckpointError::Encode {
-        path: path.to_owned(),
-        source,
-    })?;
-    checkpoint::write_atomic(path, &bytes)
 }
 
 impl HintProvider for CpuManager {

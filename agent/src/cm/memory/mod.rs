@@ -21,7 +21,9 @@ pub use policy_static::{MemoryAllocateError, StaticPolicy, hugepage_resource_nam
 pub use state::{Block, MEMORY_MANAGER_STATE_FILE, MemoryState, MemoryTable, NumaNodeState};
 
 use crate::cm::allocatable::Reservation;
-use crate::cm::checkpoint::{self, CheckpointError, Recovery, RecoveryReason, Restored};
+use crate::cm::checkpoint::{
+    self, CheckpointError, CheckpointFile, Recovery, RecoveryReason, Restored,
+};
 use crate::cm::topology::hint::{
     AllocationError, HintProvider, NumaMask, ProviderHints, TopologyHint,
 };
@@ -231,8 +233,7 @@ pub struct MemoryManager {
     policy: Option<StaticPolicy>,
     name: MemoryPolicyName,
     state: MemoryState,
-    checkpoint: Option<PathBuf>,
-    dirty: bool,
+    checkpoint: CheckpointFile,
     counters: PinningCounters,
 }
 
@@ -258,11 +259,7 @@ impl MemoryManager {
             policy,
             name: config.policy,
             state: MemoryState::default(),
-            checkpoint: config
-                .state_dir
-                .as_ref()
-                .map(|d| d.join(MEMORY_MANAGER_STATE_FILE)),
-            dirty: false,
+            checkpoint: CheckpointFile::new(config.state_dir.as_deref(), MEMORY_MANAGER_STATE_FILE),
             counters: PinningCounters::default(),
         };
         let recovery = manager.restore()?;
@@ -284,7 +281,7 @@ impl MemoryManager {
     }
 
     fn restore(&mut self) -> Result<Option<Recovery>, MemoryManagerError> {
-        let Some(path) = self.checkpoint.clone() else {
+        let Some(path) = self.checkpoint.path().map(Path::to_owned) else {
             self.state = self.fresh_state();
             return Ok(None);
         };
@@ -481,33 +478,21 @@ impl MemoryManager {
     /// True while the state has changes the checkpoint does not have.
     #[must_use]
     pub fn checkpoint_dirty(&self) -> bool {
-        self.dirty
+        self.checkpoint.is_dirty()
     }
 
     /// Writes the checkpoint now (no-op without a state directory).
     pub fn persist(&mut self) -> Result<(), CheckpointError> {
-        let Some(path) = &self.checkpoint else {
-            return Ok(());
-        };
-        write_checkpoint(path, self.name.as_str(), &self.state)?;
-        self.dirty = false;
-        Ok(())
+        let (name, state) = (self.name, &self.state);
+        self.checkpoint
+            .write(|| state::encode(name.as_str(), state))
     }
 
     fn persist_or_mark(&mut self) {
-        if let Err(e) = self.persist() {
-            tracing::warn!(error = %e, "memory manager checkpoint not written; will retry");
-            self.dirty = true;
-        }
+        let (name, state) = (self.name, &self.state);
+        self.checkpoint
+            .write_or_mark("memory manager", || state::encode(name.as_str(), state));
     }
-}
-
-fn write_checkpoint(path: &Path, policy: &str, s: &MemoryState) -> Result<(), CheckpointError> {
-    let bytes = state::encode(policy, s).map_err(|source| CheckpointError::Encode {
-        path: path.to_owned(),
-        source,
-    })?;
-    checkpoint::write_atomic(path, &bytes)
 }
 
 impl HintProvider for MemoryManager {
