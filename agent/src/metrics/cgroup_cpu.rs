@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
+use prometheus::proto::{MetricFamily, MetricType};
 
+use super::families::{cgroup_labels, family};
 use crate::cgroup::CgroupPaths;
 use crate::cm::index::WorkloadIndex;
 use crate::probes::cpu_time::{CpuTimeProbe, CpuTimeSample, PROBE_NAME};
@@ -152,14 +153,7 @@ impl Collector for CgroupCpuCollector {
                 reason = "f64 holds 2^53 ns = 104 days exactly; beyond that sub-microsecond precision is irrelevant"
             )]
             let seconds = *last as f64 / 1e9;
-            let mut labels = vec![("cgroup", path.to_owned())];
-            if let Some(w) = state.workloads.get(id) {
-                labels.push(("namespace", w.namespace));
-                labels.push(("pod", w.pod));
-                labels.push(("container", w.container.unwrap_or_default()));
-                labels.push(("qos_class", w.qos_class));
-            }
-            series.push((labels, seconds));
+            series.push((cgroup_labels(&state.workloads, id, path), seconds));
         }
         if !gone.is_empty() {
             tracing::debug!(count = gone.len(), "forgetting counters of removed cgroups");
@@ -215,50 +209,6 @@ impl Collector for CgroupCpuCollector {
             ),
         ]
     }
-}
-
-/// One metric family; each series is its labels and value. A series without pod labels (an
-/// unmanaged cgroup) simply has fewer labels, which the exposition format allows.
-fn family(
-    name: &str,
-    help: &str,
-    kind: MetricType,
-    series: impl IntoIterator<Item = (Vec<(&'static str, String)>, f64)>,
-) -> MetricFamily {
-    let mut fam = MetricFamily::default();
-    fam.set_name(name.to_owned());
-    fam.set_help(help.to_owned());
-    fam.set_field_type(kind);
-    let metrics = series
-        .into_iter()
-        .map(|(mut labels, value)| {
-            labels.sort_by_key(|(k, _)| *k);
-            let mut m = proto::Metric::default();
-            m.set_label(
-                labels
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let mut l = LabelPair::default();
-                        l.set_name(k.to_owned());
-                        l.set_value(v);
-                        l
-                    })
-                    .collect(),
-            );
-            if kind == MetricType::COUNTER {
-                let mut c = proto::Counter::default();
-                c.set_value(value);
-                m.set_counter(c);
-            } else {
-                let mut g = proto::Gauge::default();
-                g.set_value(value);
-                m.set_gauge(g);
-            }
-            m
-        })
-        .collect();
-    fam.set_metric(metrics);
-    fam
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
 
-use super::runqlat::{as_f64, cgroup_labels, simple_family};
+use super::families::{as_f64, cgroup_labels, family};
 use crate::cm::index::WorkloadIndex;
 use crate::probes::throttle::read_cfs_counters;
 
@@ -87,19 +87,19 @@ impl Collector for CpuThrottlingCollector {
                 .collect::<Vec<_>>()
         };
         vec![
-            simple_family(
+            family(
                 PERIODS,
                 PERIODS_HELP,
                 MetricType::COUNTER,
                 series(&|c| as_f64(c.periods)),
             ),
-            simple_family(
+            family(
                 THROTTLED_PERIODS,
                 THROTTLED_PERIODS_HELP,
                 MetricType::COUNTER,
                 series(&|c| as_f64(c.throttled_periods)),
             ),
-            simple_family(
+            family(
                 THROTTLED_SECONDS,
                 THROTTLED_SECONDS_HELP,
                 MetricType::COUNTER,

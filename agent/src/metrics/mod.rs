@@ -7,6 +7,7 @@
 //! - [`server`]: `/metrics` and `/healthz` over HTTP/1.1 (hyper).
 pub mod cgroup_cpu;
 pub mod cpu_throttling;
+mod families;
 pub mod runqlat;
 pub mod server;
 

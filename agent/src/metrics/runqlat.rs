@@ -16,8 +16,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
+use prometheus::proto::{self, MetricFamily, MetricType};
 
+use super::families::{as_f64, cgroup_labels, family, label_pairs};
 use crate::cgroup::CgroupPaths;
 use crate::cm::index::WorkloadIndex;
 use crate::probes::runqlat::{self, Log2Histogram, RunqSample, SchedProbe};
@@ -133,22 +134,6 @@ impl RunqCollector {
     }
 }
 
-/// Labels of a cgroup: its path, and its workload when a pod owns it.
-pub(crate) fn cgroup_labels(
-    workloads: &WorkloadIndex,
-    id: u64,
-    path: &str,
-) -> Vec<(&'static str, String)> {
-    let mut labels = vec![("cgroup", path.to_owned())];
-    if let Some(w) = workloads.get(id) {
-        labels.push(("namespace", w.namespace));
-        labels.push(("pod", w.pod));
-        labels.push(("container", w.container.unwrap_or_default()));
-        labels.push(("qos_class", w.qos_class));
-    }
-    labels
-}
-
 impl Collector for RunqCollector {
     fn desc(&self) -> Vec<&Desc> {
         self.descs.iter().collect()
@@ -240,25 +225,25 @@ impl Collector for RunqCollector {
 
         let mut families = vec![
             histogram_family(RUNQ_LATENCY, RUNQ_LATENCY_HELP, &waits),
-            simple_family(
+            family(
                 PREEMPTIONS,
                 PREEMPTIONS_HELP,
                 MetricType::COUNTER,
                 class_series(false),
             ),
-            simple_family(
+            family(
                 PREEMPT_WAIT,
                 PREEMPT_WAIT_HELP,
                 MetricType::COUNTER,
                 class_series(true),
             ),
-            simple_family(
+            family(
                 CGROUP_PREEMPTIONS,
                 CGROUP_PREEMPTIONS_HELP,
                 MetricType::COUNTER,
                 pairs,
             ),
-            simple_family(
+            family(
                 CGROUP_PREEMPT_WAIT,
                 CGROUP_PREEMPT_WAIT_HELP,
                 MetricType::COUNTER,
@@ -310,25 +295,25 @@ impl Collector for RunqCollector {
             })
             .collect::<Vec<_>>();
         families.extend([
-            simple_family(
+            family(
                 "qosd_probe_events_total",
                 "Kernel events handled by each probe",
                 MetricType::COUNTER,
                 events,
             ),
-            simple_family(
+            family(
                 "qosd_probe_dropped_events_total",
                 "Events a probe could not record (map full or busy, or unreadable kernel memory)",
                 MetricType::COUNTER,
                 dropped,
             ),
-            simple_family(
+            family(
                 "qosd_bpf_map_entries",
                 "Entries in each bounded kernel map",
                 MetricType::GAUGE,
                 entries,
             ),
-            simple_family(
+            family(
                 "qosd_bpf_map_capacity",
                 "Maximum entries of each bounded kernel map",
                 MetricType::GAUGE,
@@ -355,27 +340,6 @@ fn labelled<'a>(
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
-}
-
-#[expect(
-    clippy::cast_precision_loss,
-    reason = "counts and nanoseconds below 2^53 are exact; beyond, precision loss is irrelevant"
-)]
-pub(crate) fn as_f64(v: u64) -> f64 {
-    v as f64
-}
-
-fn label_pairs(mut labels: Vec<(&'static str, String)>) -> Vec<LabelPair> {
-    labels.sort_by_key(|(k, _)| *k);
-    labels
-        .into_iter()
-        .map(|(k, v)| {
-            let mut l = LabelPair::default();
-            l.set_name(k.to_owned());
-            l.set_value(v);
-            l
-        })
-        .collect()
 }
 
 /// A histogram family from log2 histograms, with cumulative buckets `le = 2^b ns`.
@@ -410,38 +374,6 @@ fn histogram_family(
             let mut m = proto::Metric::default();
             m.set_label(label_pairs(labels.clone()));
             m.set_histogram(h);
-            m
-        })
-        .collect();
-    fam.set_metric(metrics);
-    fam
-}
-
-/// A counter or gauge family.
-pub(crate) fn simple_family(
-    name: &str,
-    help: &str,
-    kind: MetricType,
-    series: Vec<(Vec<(&'static str, String)>, f64)>,
-) -> MetricFamily {
-    let mut fam = MetricFamily::default();
-    fam.set_name(name.to_owned());
-    fam.set_help(help.to_owned());
-    fam.set_field_type(kind);
-    let metrics = series
-        .into_iter()
-        .map(|(labels, value)| {
-            let mut m = proto::Metric::default();
-            m.set_label(label_pairs(labels));
-            if kind == MetricType::COUNTER {
-                let mut c = proto::Counter::default();
-                c.set_value(value);
-                m.set_counter(c);
-            } else {
-                let mut g = proto::Gauge::default();
-                g.set_value(value);
-                m.set_gauge(g);
-            }
             m
         })
         .collect();
