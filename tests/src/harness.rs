@@ -2,7 +2,13 @@
 //! the runner prints one `RESULT` line per case and a closing `N passed, N failed, N skipped`.
 //! libtest has no runtime skip, and a skip must never be counted as a pass.
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::Instant;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// A case still running after this long is declared hung: the kernel is asked to dump its
+/// blocked tasks and CPU backtraces to the console, the case fails, and the run ends, so a
+/// hang becomes a diagnosable failure instead of a silent guest timeout.
+const CASE_LIMIT: Duration = Duration::from_secs(180);
 
 /// What a case concluded.
 #[derive(Debug)]
@@ -36,12 +42,15 @@ pub struct Context {
 /// Runs the cases whose name contains `filter`, prints results; returns the failure count.
 pub fn run_all(cases: &[Case], ctx: &Context, filter: Option<&str>) -> usize {
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    let watchdog = start_watchdog();
     for case in cases
         .iter()
         .filter(|c| filter.is_none_or(|f| c.name.contains(f)))
     {
         let started = Instant::now();
         println!("RUN    {}", case.name);
+        // The watchdog ends the process itself if it fires; a send error means it is gone.
+        let _ = watchdog.send(Some(case.name));
         let outcome = if let Some(reason) = &ctx.skip_all {
             Outcome::Skip(reason.clone())
         } else {
@@ -54,6 +63,7 @@ pub fn run_all(cases: &[Case], ctx: &Context, filter: Option<&str>) -> usize {
                 Outcome::Fail(format!("panicked: {msg}"))
             })
         };
+        let _ = watchdog.send(None);
         let secs = started.elapsed().as_secs_f64();
         let (word, detail) = match &outcome {
             Outcome::Pass(d) => {
@@ -73,4 +83,37 @@ pub fn run_all(cases: &[Case], ctx: &Context, filter: Option<&str>) -> usize {
     }
     println!("{passed} passed, {failed} failed, {skipped} skipped");
     failed
+}
+
+/// A thread that fails the run when one case exceeds [`CASE_LIMIT`]. It is told the name of
+/// the case that starts (`Some`) and that it ended (`None`).
+fn start_watchdog() -> mpsc::Sender<Option<&'static str>> {
+    let (tx, rx) = mpsc::channel::<Option<&'static str>>();
+    std::thread::spawn(move || {
+        let mut current = None;
+        loop {
+            let next = match current {
+                Some(_) => rx.recv_timeout(CASE_LIMIT),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match next {
+                Ok(case) => current = case,
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    let name = current.unwrap_or_default();
+                    // sysrq w: blocked (D state) tasks; l: backtraces of all CPUs. Best effort.
+                    for key in ["w", "l"] {
+                        let _ = std::fs::write("/proc/sysrq-trigger", key);
+                    }
+                    println!(
+                        "RESULT {name} FAIL ({:.1}s) hung: no outcome within {}s; kernel task dump requested (sysrq w, l)",
+                        CASE_LIMIT.as_secs_f64(),
+                        CASE_LIMIT.as_secs()
+                    );
+                    std::process::exit(2);
+                }
+            }
+        }
+    });
+    tx
 }
