@@ -7,7 +7,9 @@
 //! Without root every case is reported as skipped, with that reason.
 //!
 //! The binary doubles as the test workloads: `qosd-systests spin SECS` burns one CPU for
-//! SECS seconds; `qosd-systests sleep SECS` sleeps.
+//! SECS seconds; `qosd-systests sleep SECS` sleeps; `qosd-systests memory MIB SECS` allocates
+//! MIB MiB, writes every page once (so it is resident where the memory policy put it), then
+//! keeps rewriting one byte per page for SECS seconds.
 mod agent;
 mod cases;
 mod cgroup_fixture;
@@ -22,6 +24,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("spin") => return workload(&args, true),
         Some("sleep") => return workload(&args, false),
+        Some("memory") => return memory_workload(&args),
         _ => {}
     }
     let Ok(self_exe) = std::env::current_exe() else {
@@ -77,6 +80,32 @@ fn workload(args: &[String], busy: bool) -> ExitCode {
         }
     } else {
         std::thread::sleep(duration);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `memory MIB SECS`: MIB MiB made resident, then touched page by page until SECS have passed.
+fn memory_workload(args: &[String]) -> ExitCode {
+    let (Some(mib), Some(seconds)) = (
+        args.get(1).and_then(|s| s.parse::<usize>().ok()),
+        args.get(2).and_then(|s| s.parse::<f64>().ok()),
+    ) else {
+        eprintln!("usage: qosd-systests memory MIB SECONDS");
+        return ExitCode::FAILURE;
+    };
+    const PAGE: usize = 4096;
+    let mut buffer = vec![0u8; mib << 20];
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut round = 0u8;
+    loop {
+        round = round.wrapping_add(1);
+        for page in buffer.chunks_mut(PAGE) {
+            page[0] = round;
+        }
+        std::hint::black_box(&buffer);
+        if Instant::now() >= deadline {
+            break;
+        }
     }
     ExitCode::SUCCESS
 }
