@@ -74,6 +74,11 @@ enum Command {
         /// Where container stdout/stderr go, one file per container.
         #[arg(long, default_value = "/var/log/qosd/containers")]
         container_log_dir: PathBuf,
+        /// Where the CPU and memory managers keep their checkpoints (cpu_manager_state,
+        /// memory_manager_state, in kubelet's format). A kubelet root directory
+        /// (/var/lib/kubelet) lets qosd take over kubelet's assignments.
+        #[arg(long, default_value = "/var/lib/qosd", env = "QOSD_STATE_DIR")]
+        state_dir: PathBuf,
     },
     /// Print the running agent's tree: QoS tiers, pods, containers, cgroup paths, effective
     /// limits and process counts (fetched from the agent's /inspect endpoint).
@@ -119,6 +124,7 @@ fn main() -> ExitCode {
             reconcile_period,
             cpu_time_mode,
             container_log_dir,
+            state_dir,
         } => {
             let manifest_dir = manifest_dir.or_else(|| {
                 let default = PathBuf::from(DEFAULT_MANIFEST_DIR);
@@ -130,6 +136,7 @@ fn main() -> ExitCode {
                 cgroup_root,
                 reconcile_period,
                 log_dir: Some(container_log_dir),
+                state_dir,
             });
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

@@ -1,7 +1,9 @@
-//! Standalone mode: builds the container manager from the KubeletConfiguration and the
-//! machine, feeds it pods from the manifest directory, and drives it on its own thread:
-//! container supervision every 100 ms, the manifest directory every second, reconcile every
-//! period. Stopping the thread stops every container and removes every cgroup it created.
+//! Standalone mode: builds the container manager (with its topology, CPU and memory managers)
+//! from the KubeletConfiguration and the machine, feeds it pods from the manifest directory,
+//! and drives it on its own thread: the first complete manifest list resumes what an earlier
+//! run left, then container supervision every 100 ms, the manifest directory every second,
+//! reconcile every period. Stopping the thread stops every container and removes every
+//! cgroup it created.
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
@@ -17,14 +19,18 @@ use crate::cm::allocatable::{
 use crate::cm::capacity::{CapacityError, MachineInfo};
 use crate::cm::index::WorkloadIndex;
 use crate::cm::manager::{ContainerManager, ManagerError, ManagerOptions};
-use crate::cm::metrics::CmMetrics;
+use crate::cm::metrics::{CmMetrics, ResourceMetrics};
 use crate::cm::pod_resources::PodCgroupPolicy;
+use crate::cm::resource_managers::{
+    ResourceManagers, ResourceManagersConfig, ResourceManagersError,
+};
 use crate::config::kubelet::{
     CgroupDriver, ConfigError, KubeletConfiguration, load_kubelet_config,
 };
 use crate::metrics::server::InspectText;
 use crate::pods::manifest::{ManifestError, ManifestWatcher};
 use crate::runtime::backoff::Backoff;
+use crate::topology::TopologyError;
 
 /// How often the manifest directory is rescanned.
 const MANIFEST_POLL: Duration = Duration::from_secs(1);
@@ -40,6 +46,8 @@ pub struct StandaloneOptions {
     pub cgroup_root: Option<String>,
     pub reconcile_period: Duration,
     pub log_dir: Option<PathBuf>,
+    /// Where `cpu_manager_state` and `memory_manager_state` live (kubelet's root directory).
+    pub state_dir: PathBuf,
 }
 
 /// Errors that keep standalone mode from starting.
@@ -59,6 +67,10 @@ pub enum StandaloneError {
     Capacity(#[from] CapacityError),
     #[error("node allocatable: {0}")]
     Allocatable(#[from] AllocatableError),
+    #[error("machine topology (hwloc): {0}")]
+    Topology(#[from] TopologyError),
+    #[error(transparent)]
+    ResourceManagers(#[from] ResourceManagersError),
     #[error(transparent)]
     Manager(#[from] ManagerError),
     #[error(transparent)]
@@ -167,6 +179,16 @@ impl Standalone {
             memory_qos: config.memory_qos() && layout.v1.is_empty(),
             pod_pids_limit: config.pod_pids_limit,
         };
+        let machine = crate::topology::machine::load_host()?;
+        let resources = ResourceManagers::new(
+            &ResourceManagersConfig::from_kubelet(
+                &config,
+                &allocatable::reservation(&capacity, &allocatable_config),
+                Some(options.state_dir.clone()),
+            )?,
+            &machine,
+            ResourceMetrics::register(registry)?,
+        )?;
         let manager = ContainerManager::start(
             Box::new(cgroups),
             ManagerOptions {
@@ -177,6 +199,7 @@ impl Standalone {
                 log_dir: options.log_dir.clone(),
                 backoff: Backoff::default(),
             },
+            resources,
             index,
             metrics.clone(),
         )?;
@@ -268,8 +291,12 @@ fn run_loop(
                 tracing::warn!(error = %error, "manifest not admitted");
                 metrics.manifest_errors.inc();
             }
-            for event in events {
-                manager.handle(event);
+            if last_poll.is_none() {
+                manager.resume(events);
+            } else {
+                for event in events {
+                    manager.handle(event);
+                }
             }
             last_poll = Some(Instant::now());
             inspect.set(manager.render_tree());

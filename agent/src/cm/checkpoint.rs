@@ -15,8 +15,8 @@
 //! - [`read_checkpoint`], and [`Recovery`] / [`RecoveryReason`] / [`Restored`]: what a restore
 //!   found when it could not use the file (missing, corrupt, checksum mismatch, policy change,
 //!   state that does not fit this machine). Restoring never fails hard: the caller rebuilds its
-//!   state (from cgroupfs), counts `qosd_checkpoint_recoveries_total{reason}`
-//!   ([`recoveries_counter`]) and logs the [`Recovery`].
+//!   state (from cgroupfs), counts `qosd_checkpoint_recoveries_total{checkpoint,reason}` and
+//!   logs the [`Recovery`] (see `cm::resource_managers`).
 //!
 //! The checkpoint layouts themselves live with their managers (`cm::cpu::state`,
 //! `cm::memory::state`).
@@ -383,24 +383,6 @@ pub enum Restored<T> {
     },
 }
 
-/// The counter `qosd_checkpoint_recoveries_total{reason}`: checkpoints not restored at start,
-/// by [`RecoveryReason`]. The caller registers it and increments
-/// `with_label_values(&[recovery.reason.as_str()])`.
-pub fn recoveries_counter() -> Result<prometheus::IntCounterVec, prometheus::Error> {
-    let counter = prometheus::IntCounterVec::new(
-        prometheus::Opts::new(
-            "qosd_checkpoint_recoveries_total",
-            "CPU and memory manager checkpoints that could not be restored at start, by reason; \
-             the state was rebuilt from cgroupfs.",
-        ),
-        &["reason"],
-    )?;
-    for reason in RecoveryReason::ALL {
-        counter.with_label_values(&[reason.as_str()]);
-    }
-    Ok(counter)
-}
-
 /// Reads a checkpoint file; `None` when it does not exist.
 pub fn read_checkpoint(path: &Path) -> Result<Option<Vec<u8>>, CheckpointError> {
     match fs::read(path) {
@@ -703,23 +685,6 @@ mod tests {
         assert_eq!(read_checkpoint(&path).unwrap(), None);
         fs::write(&path, b"{}").unwrap();
         assert_eq!(read_checkpoint(&path).unwrap(), Some(b"{}".to_vec()));
-    }
-
-    #[test]
-    fn recoveries_counter_has_a_series_per_reason() {
-        let counter = recoveries_counter().unwrap();
-        counter
-            .with_label_values(&[RecoveryReason::Checksum.as_str()])
-            .inc();
-        let registry = prometheus::Registry::new();
-        registry.register(Box::new(counter)).unwrap();
-        let text = prometheus::TextEncoder::new()
-            .encode_to_string(&registry.gather())
-            .unwrap();
-        assert!(text.contains("qosd_checkpoint_recoveries_total{reason=\"checksum\"} 1"));
-        for reason in RecoveryReason::ALL {
-            assert!(text.contains(&format!("reason=\"{reason}\"")), "{text}");
-        }
     }
 
     #[test]

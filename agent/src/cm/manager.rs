@@ -4,14 +4,26 @@
 //! change and every period. One pod's error never stops the others. On shutdown it stops every
 //! container and removes every cgroup it created.
 //!
+//! Admission goes through the resource managers first (topology, CPU and memory managers, as
+//! kubelet's admit handlers do), then the node allocatable fit. Every container cgroup gets
+//! the `cpuset.cpus` / `cpuset.mems` they assign; when an exclusive assignment changes the
+//! shared pool, every other container's `cpuset.cpus` is rewritten.
+//!
+//! After a restart ([`ContainerManager::resume`], with the pod source's first complete list)
+//! pods whose cgroups survived keep their CPUs and memory nodes, even when a checkpoint was
+//! lost or corrupt (the resource managers rebuild it from those cgroups), and their running
+//! processes are adopted rather than started twice; pod cgroups no pod claims are removed.
+//!
 //! It is the only writer of cgroup files (see docs/architecture.md). It is synchronous and
-//! driven by its owner: [`ContainerManager::handle`] for pod events, [`ContainerManager::tick`]
-//! often (container exits, terminations), [`ContainerManager::reconcile`] every period.
-use std::collections::BTreeMap;
+//! driven by its owner: [`ContainerManager::resume`] once, then [`ContainerManager::handle`]
+//! for pod events, [`ContainerManager::tick`] often (container exits, terminations),
+//! [`ContainerManager::reconcile`] every period.
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::cgroup::cpuset::CpuSet;
 use crate::cgroup::files::Controller;
 use crate::cgroup::manager::{CgroupError, CgroupManager};
 use crate::cgroup::name::{CgroupName, NameError};
@@ -20,7 +32,7 @@ use crate::pods::manifest::{PodEvent, SourcedPod};
 use crate::pods::model::{Container, Pod, RestartPolicy as PodRestartPolicy};
 use crate::pods::qos::{QosClass, pod_qos};
 use crate::runtime::backoff::Backoff;
-use crate::runtime::process::Launch;
+use crate::runtime::process::{self, Launch};
 use crate::runtime::supervisor::{
     ContainerKey, ContainerSpec, ContainerState, Event, RestartPolicy, Supervisor,
 };
@@ -31,6 +43,8 @@ use super::index::{Workload, WorkloadIndex};
 use super::metrics::CmMetrics;
 use super::pod_resources::{PodCgroupPolicy, container_config, pod_config};
 use super::qos_tiers::{QosTiers, tier_settings};
+use super::resource_managers::{ObservedContainer, PlacementRejection, ResourceManagers};
+use crate::cm::cpu::Cpus;
 
 /// Errors that stop the manager from starting (per-pod errors are logged and counted).
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +108,12 @@ pub struct ContainerManager {
     metrics: CmMetrics,
     /// Whether the root cgroup was created by this manager (and so is removed at shutdown).
     created_root: bool,
+    /// Topology, CPU and memory managers.
+    resources: ResourceManagers,
+    /// The shared CPU pool the containers' cgroups were last written with.
+    written_pool: Cpus,
+    /// Containers whose cgroup survived a restart with its process: adopted, not started.
+    adoptable: BTreeSet<ContainerKey>,
 }
 
 impl ContainerManager {
@@ -101,6 +121,7 @@ impl ContainerManager {
     pub fn start(
         cgroups: Box<dyn CgroupManager>,
         options: ManagerOptions,
+        resources: ResourceManagers,
         index: WorkloadIndex,
         metrics: CmMetrics,
     ) -> Result<Self, ManagerError> {
@@ -119,10 +140,166 @@ impl ContainerManager {
             index,
             metrics,
             created_root,
+            written_pool: resources.shared_pool().clone(),
+            resources,
+            adoptable: BTreeSet::new(),
         };
         manager.ensure_tiers(Cause::Change)?;
         tracing::info!(root = %manager.options.root, created_root, "container manager started");
         Ok(manager)
+    }
+
+    /// Takes the pod source's first complete list after start: rebuilds unusable checkpoints
+    /// from the cgroups of these pods that survived (a restart of qosd), releases checkpointed
+    /// assignments of pods that are gone, admits the pods (surviving ones keep their CPUs and
+    /// memory nodes, and their running processes are adopted), and removes pod cgroups under
+    /// the QoS tiers that no pod claims.
+    pub fn resume(&mut self, events: Vec<PodEvent>) {
+        let pods: Vec<&Pod> = events
+            .iter()
+            .filter_map(|e| match e {
+                PodEvent::Added(s) | PodEvent::Updated(s) => Some(&s.pod),
+                PodEvent::Removed { .. } => None,
+            })
+            .collect();
+        let mut observed = Vec::new();
+        let mut surviving = 0usize;
+        for pod in &pods {
+            let uid = pod.uid();
+            let Ok(cgroup) = self.tiers.pod_cgroup(pod_qos(&pod.spec), &uid) else {
+                continue;
+            };
+            if !self.cgroups.exists(&cgroup).unwrap_or(false) {
+                continue;
+            }
+            surviving += 1;
+            for container in pod.spec.all_containers() {
+                let Ok(name) = cgroup.child(&container.name) else {
+                    continue;
+                };
+                let Some((cpus, mems)) = self.read_cpusets(&name) else {
+                    continue;
+                };
+                observed.push(ObservedContainer {
+                    pod,
+                    container: &container.name,
+                    cpus,
+                    mems,
+                });
+                if self
+                    .cgroups
+                    .pids(&name)
+                    .is_ok_and(|p| process::group_leader(&p).is_some())
+                {
+                    self.adoptable.insert(self.key(&uid, &container.name));
+                }
+            }
+        }
+        if self.resources.needs_recovery() {
+            self.resources.recover(&observed);
+        }
+        let active: BTreeMap<String, BTreeSet<String>> = pods
+            .iter()
+            .map(|p| {
+                (
+                    p.uid(),
+                    p.spec.all_containers().map(|c| c.name.clone()).collect(),
+                )
+            })
+            .collect();
+        self.resources
+            .remove_stale(|uid, c| active.get(uid).is_some_and(|names| names.contains(c)));
+        tracing::info!(
+            pods = pods.len(),
+            surviving,
+            adoptable = self.adoptable.len(),
+            "resuming"
+        );
+        for event in events {
+            self.handle(event);
+        }
+        self.remove_orphans();
+        // Anything not adopted by now is started afresh from here on.
+        self.adoptable.clear();
+    }
+
+    /// Kills the processes of pod cgroups under the tiers that belong to no admitted pod (left
+    /// by an earlier run whose pods are gone or were not admitted again) and removes the
+    /// cgroups.
+    fn remove_orphans(&mut self) {
+        let claimed: BTreeSet<CgroupName> = self.pods.values().map(|p| p.cgroup.clone()).collect();
+        for tier in [
+            self.tiers.kubepods.clone(),
+            self.tiers.burstable.clone(),
+            self.tiers.besteffort.clone(),
+        ] {
+            for child in self.child_cgroups(&tier) {
+                let is_pod = child
+                    .components()
+                    .last()
+                    .is_some_and(|c| c.starts_with("pod"));
+                if !is_pod || claimed.contains(&child) {
+                    continue;
+                }
+                let pids = self.cgroups.pids(&child).unwrap_or_default();
+                tracing::warn!(cgroup = %child, processes = pids.len(), "removing a pod cgroup no pod claims (left by an earlier run)");
+                for pid in pids {
+                    if let Ok(pid) = i32::try_from(pid) {
+                        // SAFETY: kill(2) on a process listed in a pod cgroup under qosd's
+                        // root; no memory is involved.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                }
+                if let Err(e) = self.cgroups.destroy(&child) {
+                    tracing::warn!(cgroup = %child, error = %e, "removing an orphaned pod cgroup");
+                    self.count_error(&e);
+                }
+            }
+        }
+    }
+
+    /// The cgroups directly below `parent` (read from the first hierarchy that has it).
+    fn child_cgroups(&self, parent: &CgroupName) -> Vec<CgroupName> {
+        let Ok(paths) = self.cgroups.paths(parent) else {
+            return Vec::new();
+        };
+        let Some(dir) = paths
+            .get(&Controller::Cpu)
+            .or_else(|| paths.values().next())
+        else {
+            return Vec::new();
+        };
+        let Ok(spelled) = self.cgroups.name(parent) else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| {
+                let child = format!(
+                    "{}/{}",
+                    spelled.trim_end_matches('/'),
+                    e.file_name().to_string_lossy()
+                );
+                self.cgroups.cgroup_name(&child).ok()
+            })
+            .collect()
+    }
+
+    /// A container cgroup's `cpuset.cpus` and `cpuset.mems` (`None` each when unset or
+    /// unreadable); `None` when the cgroup has no cpuset directory.
+    fn read_cpusets(&self, name: &CgroupName) -> Option<(Option<CpuSet>, Option<CpuSet>)> {
+        let dir = self.cgroups.paths(name).ok()?.remove(&Controller::Cpuset)?;
+        let read = |file: &str| {
+            std::fs::read_to_string(dir.join(file))
+                .ok()
+                .and_then(|text| CpuSet::parse(&text).ok())
+                .filter(|set| !set.is_empty())
+        };
+        Some((read("cpuset.cpus"), read("cpuset.mems")))
     }
 
     /// Applies a pod event from the pod source.
@@ -160,6 +337,7 @@ impl ContainerManager {
 
     /// Compares cgroupfs with the desired state and corrects every difference.
     pub fn reconcile(&mut self) {
+        self.resources.flush();
         if let Err(e) = self.ensure_tiers(Cause::Reconcile) {
             tracing::warn!(error = %e, "reconciling the QoS tiers");
         }
@@ -203,6 +381,7 @@ impl ContainerManager {
         {
             tracing::warn!(cgroup = %self.options.root, error = %e, "removing the cgroup root");
         }
+        self.resources.flush();
         tracing::info!("container manager stopped; its cgroups are removed");
     }
 
@@ -229,6 +408,11 @@ impl ContainerManager {
             return;
         }
         let requests = pod.effective_requests();
+        // kubelet's order: the resource managers' admit handler, then the fit predicate.
+        if let Err(rejection) = self.resources.admit(&pod) {
+            self.reject_placement(&name, &rejection);
+            return;
+        }
         let admitted: Vec<AdmissionRequests> = self
             .pods
             .values()
@@ -236,6 +420,7 @@ impl ContainerManager {
             .map(|p| to_admission(&p.pod))
             .collect();
         if let Err(rejection) = fits(&to_admission(&pod), &admitted, &self.options.allocatable) {
+            self.resources.release(&uid);
             self.reject(&name, &rejection);
             return;
         }
@@ -248,7 +433,13 @@ impl ContainerManager {
             }
         };
         tracing::info!(pod = %name, qos = %qos, cpu_millis = requests.cpu_millis, memory_bytes = requests.memory_bytes, file = %file.display(), "pod admitted");
-        let phase = if pod.spec.init_containers.is_empty() {
+        // A pod that was running before a restart does not run its init containers again.
+        let resumed = pod
+            .spec
+            .containers
+            .iter()
+            .any(|c| self.adoptable.contains(&self.key(&uid, &c.name)));
+        let phase = if pod.spec.init_containers.is_empty() || resumed {
             Phase::Running
         } else {
             Phase::Initializing(0)
@@ -263,6 +454,8 @@ impl ContainerManager {
                 phase,
             },
         );
+        // Shared containers leave CPUs this pod now holds exclusively before it starts.
+        self.refresh_shared_pool();
         if let Err(e) = self.reconcile_pod(&uid, Cause::Change) {
             tracing::warn!(pod = %name, error = %e, "creating pod cgroups");
             self.count_error(&e);
@@ -270,6 +463,31 @@ impl ContainerManager {
         self.advance(&uid);
         self.refresh_tiers();
         self.publish_pod_counts();
+    }
+
+    fn reject_placement(&self, pod: &str, rejection: &PlacementRejection) {
+        tracing::warn!(pod, reason = %rejection.reason, message = %rejection.message, "pod rejected at admission: its resources cannot be placed");
+        self.metrics
+            .admission_rejections
+            .with_label_values(&[&rejection.reason])
+            .inc();
+    }
+
+    /// Rewrites every container's cgroup when the shared CPU pool changed (an exclusive
+    /// assignment came or went), so shared containers follow the pool.
+    fn refresh_shared_pool(&mut self) {
+        if self.resources.shared_pool() == &self.written_pool {
+            return;
+        }
+        tracing::info!(from = %self.written_pool, to = %self.resources.shared_pool(), "shared CPU pool changed; updating every container's cpuset");
+        self.written_pool = self.resources.shared_pool().clone();
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in uids {
+            if let Err(e) = self.reconcile_pod(&uid, Cause::Change) {
+                tracing::warn!(pod_uid = %uid, error = %e, "updating container cpusets");
+                self.count_error(&e);
+            }
+        }
     }
 
     fn reject(&self, pod: &str, rejection: &AdmissionRejection) {
@@ -304,11 +522,13 @@ impl ContainerManager {
             let name = pod_cgroup
                 .child(&container.name)
                 .map_err(CgroupError::from)?;
-            self.apply(
-                &name,
-                &container_config(container, self.options.policy),
-                cause,
-            )?;
+            let cpusets = self.resources.cpusets(uid, &container.name);
+            let config = ResourceConfig {
+                cpuset_cpus: cpusets.cpus,
+                cpuset_mems: cpusets.mems,
+                ..container_config(container, self.options.policy)
+            };
+            self.apply(&name, &config, cause)?;
             indexed.push((name, workload(Some(&container.name))));
         }
         for (name, workload) in indexed {
@@ -461,6 +681,24 @@ impl ContainerManager {
             ),
         };
         let key = self.key(uid, &container.name);
+        if self.adoptable.remove(&key)
+            && let Some(pid) = self
+                .cgroups
+                .pids(&cgroup)
+                .ok()
+                .and_then(|pids| process::group_leader(&pids))
+        {
+            match self.supervisor.adopt(&key, &spec, pid) {
+                Some(Ok(event)) => {
+                    log_event(&event);
+                    return;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(pod_uid = %uid, container = %container.name, error = %e, "cannot adopt the running process; starting the container again");
+                }
+                None => return,
+            }
+        }
         if let Some(event) = self.supervisor.ensure(&key, &spec) {
             log_event(&event);
         }
@@ -491,7 +729,9 @@ impl ContainerManager {
         }
         self.index
             .remove_pod(&managed.pod.metadata.namespace, &managed.pod.metadata.name);
+        self.resources.release(uid);
         tracing::info!(pod = %managed.pod.full_name(), "pod stopped and its cgroups removed");
+        self.refresh_shared_pool();
         self.refresh_tiers();
         self.publish_pod_counts();
     }
@@ -628,6 +868,9 @@ fn log_event(event: &Event) {
         Event::Started { key, pid } => {
             tracing::info!(pod_uid = %key.pod_uid, container = %key.container, pid, "container started");
         }
+        Event::Adopted { key, pid } => {
+            tracing::info!(pod_uid = %key.pod_uid, container = %key.container, pid, "running container adopted from an earlier run");
+        }
         Event::Exited { key, exit_code } => {
             tracing::info!(pod_uid = %key.pod_uid, container = %key.container, exit_code, "container exited");
         }
@@ -647,10 +890,17 @@ fn log_event(event: &Event) {
 mod tests {
     use std::collections::BTreeMap;
 
+    use std::path::Path;
+
     use super::*;
     use crate::cgroup::manager::NameStyle;
     use crate::cgroup::{CgroupfsManager, Hierarchies};
+    use crate::cm::allocatable::Reservation;
+    use crate::cm::metrics::ResourceMetrics;
+    use crate::cm::resource_managers::ResourceManagersConfig;
+    use crate::config::kubelet::KubeletConfiguration;
     use crate::pods::manifest::{ManifestFormat, parse_manifest};
+    use crate::pods::quantity::Quantity;
 
     const GUARANTEED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: g, uid: aaaa}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {limits: {cpu: '1', memory: 128Mi}}\n";
     const BURSTABLE: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: b, uid: bbbb}\nspec:\n  initContainers:\n  - name: init\n    command: [/bin/true]\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {requests: {cpu: 500m}}\n";
@@ -666,8 +916,42 @@ mod tests {
         }
     }
 
+    /// Resource managers with kubelet's default policies (none, None, none).
+    fn default_resources() -> ResourceManagers {
+        resources(&KubeletConfiguration::default(), None)
+    }
+
+    /// Resource managers for `config` on the test guests' shape (two NUMA nodes of two CPUs).
+    fn resources(config: &KubeletConfiguration, state_dir: Option<&Path>) -> ResourceManagers {
+        let reservation = Reservation {
+            milli_cpu: config.system_reserved.milli_cpu() + config.kube_reserved.milli_cpu(),
+            memory_bytes: config.system_reserved.memory_bytes(),
+            pids: 0,
+        };
+        let machine = crate::topology::synthetic::vm_two_numa_four_cpus().expect("topology");
+        let metrics = ResourceMetrics::register(&prometheus::Registry::new()).expect("metrics");
+        ResourceManagers::new(
+            &ResourceManagersConfig::from_kubelet(
+                config,
+                &reservation,
+                state_dir.map(Path::to_path_buf),
+            )
+            .expect("config"),
+            &machine,
+            metrics,
+        )
+        .expect("resource managers")
+    }
+
     /// A v2-shaped fixture tree (plain directories; the manager creates the files it writes).
-    fn manager(dir: &std::path::Path) -> (ContainerManager, CmMetrics, WorkloadIndex) {
+    fn manager(dir: &Path) -> (ContainerManager, CmMetrics, WorkloadIndex) {
+        manager_with(dir, default_resources())
+    }
+
+    fn manager_with(
+        dir: &Path,
+        resources: ResourceManagers,
+    ) -> (ContainerManager, CmMetrics, WorkloadIndex) {
         let root = CgroupName::new(["qosd"]).expect("name");
         let cgroups = CgroupfsManager::new(
             Hierarchies::V2(dir.to_owned()),
@@ -681,7 +965,7 @@ mod tests {
             policy: PodCgroupPolicy::default(),
             kubepods: ResourceConfig::default(),
             allocatable: NodeAllocatable {
-                milli_cpu: 2000,
+                milli_cpu: 4000,
                 memory_bytes: 4 << 30,
                 hugepages: BTreeMap::new(),
                 pids: None,
@@ -694,13 +978,18 @@ mod tests {
                 reset_after: Duration::from_secs(600),
             },
         };
-        let manager =
-            ContainerManager::start(Box::new(cgroups), options, index.clone(), metrics.clone())
-                .expect("start");
+        let manager = ContainerManager::start(
+            Box::new(cgroups),
+            options,
+            resources,
+            index.clone(),
+            metrics.clone(),
+        )
+        .expect("start");
         (manager, metrics, index)
     }
 
-    fn read(dir: &std::path::Path, relative: &str) -> String {
+    fn read(dir: &Path, relative: &str) -> String {
         std::fs::read_to_string(dir.join(relative))
             .map(|s| s.trim().to_owned())
             .unwrap_or_else(|e| format!("<{relative}: {e}>"))
@@ -808,6 +1097,139 @@ mod tests {
         assert!(
             !d.join("qosd").exists(),
             "the root the manager created is gone"
+        );
+    }
+
+    /// The static CPU policy with CPU 0 reserved, the Static memory policy with 128 MiB
+    /// reserved on node 0, `single-numa-node`.
+    fn pinning_config() -> KubeletConfiguration {
+        let mut config = KubeletConfiguration {
+            cpu_manager_policy: "static".to_owned(),
+            memory_manager_policy: "Static".to_owned(),
+            topology_manager_policy: "single-numa-node".to_owned(),
+            ..KubeletConfiguration::default()
+        };
+        config.system_reserved.cpu = Some(Quantity::parse("1").expect("quantity"));
+        config.system_reserved.memory = Some(Quantity::parse("128Mi").expect("quantity"));
+        config.reserved_memory = vec![crate::config::kubelet::MemoryReservation {
+            numa_node: 0,
+            limits: BTreeMap::from([(
+                "memory".to_owned(),
+                Quantity::parse("128Mi").expect("quantity"),
+            )]),
+        }];
+        config
+    }
+
+    const PINNED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: pinned, uid: pppp}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {limits: {cpu: '2', memory: 256Mi}}\n";
+    const SHARED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: shared, uid: ssss}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {requests: {cpu: 100m}}\n";
+    const SECOND: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: second, uid: tttt}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {limits: {cpu: '2', memory: 64Mi}}\n";
+
+    #[test]
+    fn exclusive_cpus_and_memory_nodes_are_written_and_the_shared_pool_follows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = tempfile::tempdir().expect("state dir");
+        let (mut m, metrics, _) =
+            manager_with(dir.path(), resources(&pinning_config(), Some(state.path())));
+        m.resume(vec![PodEvent::Added(sourced(SHARED))]);
+        let d = dir.path();
+        assert_eq!(
+            read(d, "qosd/kubepods/burstable/podssss/c/cpuset.cpus"),
+            "0-3"
+        );
+
+        m.handle(PodEvent::Added(sourced(PINNED)));
+        assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.cpus"), "2-3");
+        assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.mems"), "1");
+        assert_eq!(
+            read(d, "qosd/kubepods/burstable/podssss/c/cpuset.cpus"),
+            "0-1",
+            "the shared container left the exclusive CPUs"
+        );
+        let checkpoint = std::fs::read_to_string(state.path().join("cpu_manager_state"))
+            .expect("checkpoint written");
+        assert!(
+            checkpoint.contains("\"pppp\":{\"c\":\"2-3\"}"),
+            "{checkpoint}"
+        );
+
+        // No node has two free CPUs left: kubelet's reason, nothing created, nothing moved.
+        m.handle(PodEvent::Added(sourced(SECOND)));
+        assert_eq!(
+            metrics
+                .admission_rejections
+                .with_label_values(&["TopologyAffinityError"])
+                .get(),
+            1
+        );
+        assert!(!d.join("qosd/kubepods/podtttt").exists());
+        assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.cpus"), "2-3");
+
+        // Deletion releases: the shared container gets every CPU back.
+        m.handle(PodEvent::Removed {
+            uid: "pppp".into(),
+            namespace: "default".into(),
+            name: "pinned".into(),
+        });
+        tick_until(&mut m, "pinned pod removed", |_| {
+            !d.join("qosd/kubepods/podpppp").exists()
+        });
+        assert_eq!(
+            read(d, "qosd/kubepods/burstable/podssss/c/cpuset.cpus"),
+            "0-3"
+        );
+        m.shutdown(Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_restart_with_a_corrupt_checkpoint_keeps_placement_and_adopts_the_process() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = tempfile::tempdir().expect("state dir");
+        let d = dir.path();
+        let (mut first, _, _) = manager_with(d, resources(&pinning_config(), Some(state.path())));
+        first.resume(vec![PodEvent::Added(sourced(PINNED))]);
+        let pid = match first.container_state("pppp", "c") {
+            Some((ContainerState::Running { pid }, _)) => *pid,
+            other => panic!("not running: {other:?}"),
+        };
+        assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.cpus"), "2-3");
+        // qosd dies without cleaning up (the container keeps running); in this fixture tree
+        // the kernel's cgroup.procs is played by hand. A stray pod cgroup is left too.
+        std::mem::forget(first);
+        std::fs::write(
+            d.join("qosd/kubepods/podpppp/c/cgroup.procs"),
+            format!("{pid}\n"),
+        )
+        .expect("procs");
+        std::fs::create_dir_all(d.join("qosd/kubepods/besteffort/podgone/c")).expect("mkdir");
+        std::fs::write(state.path().join("cpu_manager_state"), "{garbage").expect("corrupt");
+
+        let (mut second, _, _) = manager_with(d, resources(&pinning_config(), Some(state.path())));
+        second.resume(vec![PodEvent::Added(sourced(PINNED))]);
+        assert_eq!(
+            second.container_state("pppp", "c").map(|(s, _)| s.clone()),
+            Some(ContainerState::Running { pid }),
+            "the running process was adopted, not started again"
+        );
+        assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.cpus"), "2-3");
+        assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.mems"), "1");
+        assert!(
+            !d.join("qosd/kubepods/besteffort/podgone").exists(),
+            "the orphaned pod cgroup is removed"
+        );
+        let checkpoint = std::fs::read_to_string(state.path().join("cpu_manager_state"))
+            .expect("checkpoint rewritten");
+        assert!(
+            checkpoint.contains("\"pppp\":{\"c\":\"2-3\"}"),
+            "{checkpoint}"
+        );
+        second.shutdown(Duration::from_secs(5));
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists() || {
+                // Our own child (spawned by `first`) lingers as a zombie until reaped.
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z "))
+            }
         );
     }
 }

@@ -10,5 +10,6 @@ pub mod memory;
 pub mod metrics;
 pub mod pod_resources;
 pub mod qos_tiers;
+pub mod resource_managers;
 pub mod topology;
 mod tree;

@@ -50,9 +50,12 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "cpuCFSQuotaPeriod",
     "reservedSystemCPUs",
     "cpuManagerPolicy",
+    "cpuManagerPolicyOptions",
     "memoryManagerPolicy",
+    "reservedMemory",
     "topologyManagerPolicy",
     "topologyManagerScope",
+    "topologyManagerPolicyOptions",
     "maxPods",
 ];
 
@@ -104,10 +107,8 @@ pub const UNSUPPORTED_FIELDS: &[&str] = &[
     "kubeletCgroups",
     "systemCgroups",
     "singleProcessOOMKill",
-    "cpuManagerPolicyOptions",
     "cpuManagerReconcilePeriod",
     "draManagerReconcilePeriod",
-    "topologyManagerPolicyOptions",
     "qosReserved",
     "runtimeRequestTimeout",
     "hairpinMode",
@@ -151,7 +152,6 @@ pub const UNSUPPORTED_FIELDS: &[&str] = &[
     "shutdownGracePeriodCriticalPods",
     "shutdownGracePeriodByPodPriority",
     "crashLoopBackOff",
-    "reservedMemory",
     "enableProfilingHandler",
     "enableDebugFlagsHandler",
     "seccompDefault",
@@ -378,18 +378,26 @@ struct Text(String);
 
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            Int(i64),
-            Float(f64),
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string (quote values such as \"true\")")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text(v.to_owned()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
         }
-        Ok(Self(match Raw::deserialize(deserializer)? {
-            Raw::Text(s) => s,
-            Raw::Int(i) => i.to_string(),
-            Raw::Float(x) => x.to_string(),
-        }))
+        deserializer.deserialize_any(Visitor)
     }
 }
 
@@ -504,10 +512,30 @@ struct RawKubeletConfiguration {
     #[serde(rename = "reservedSystemCPUs")]
     reserved_system_cpus: Option<String>,
     cpu_manager_policy: Option<String>,
+    cpu_manager_policy_options: Option<BTreeMap<String, Text>>,
     memory_manager_policy: Option<String>,
+    reserved_memory: Option<Vec<RawMemoryReservation>>,
     topology_manager_policy: Option<String>,
     topology_manager_scope: Option<String>,
+    topology_manager_policy_options: Option<BTreeMap<String, Text>>,
     max_pods: Option<i32>,
+}
+
+/// One `reservedMemory` entry as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawMemoryReservation {
+    numa_node: i32,
+    #[serde(default)]
+    limits: BTreeMap<String, NonNegativeQuantity>,
+}
+
+/// One `reservedMemory` entry: memory reserved for the system on a NUMA node, by resource
+/// (`memory`, `hugepages-<size>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryReservation {
+    pub numa_node: u32,
+    pub limits: BTreeMap<String, Quantity>,
 }
 
 /// The KubeletConfiguration fields qosd acts on, defaulted and validated.
@@ -552,6 +580,12 @@ pub struct KubeletConfiguration {
     pub topology_manager_policy: String,
     /// `topologyManagerScope`. Default: `container`.
     pub topology_manager_scope: String,
+    /// `cpuManagerPolicyOptions` (checked by the CPU manager at start).
+    pub cpu_manager_policy_options: BTreeMap<String, String>,
+    /// `topologyManagerPolicyOptions` (checked by the topology manager at start).
+    pub topology_manager_policy_options: BTreeMap<String, String>,
+    /// `reservedMemory`, validated like kubelet (supported resources, non-zero, no duplicates).
+    pub reserved_memory: Vec<MemoryReservation>,
     /// `maxPods`. Default: 110.
     pub max_pods: i64,
 }
@@ -582,6 +616,9 @@ impl Default for KubeletConfiguration {
                 memory_manager_policy: "None".to_owned(),
                 topology_manager_policy: "none".to_owned(),
                 topology_manager_scope: "container".to_owned(),
+                cpu_manager_policy_options: BTreeMap::new(),
+                topology_manager_policy_options: BTreeMap::new(),
+                reserved_memory: Vec::new(),
                 max_pods: 110,
             },
         }
@@ -891,6 +928,15 @@ fn build(raw: RawKubeletConfiguration) -> Result<KubeletConfiguration, BuildFail
         }
     }
 
+    let reserved_memory =
+        validate_reserved_memory(raw.reserved_memory.unwrap_or_default(), &mut errors);
+    let options = |map: Option<BTreeMap<String, Text>>| -> BTreeMap<String, String> {
+        map.unwrap_or_default()
+            .into_iter()
+            .map(|(k, Text(v))| (k, v))
+            .collect()
+    };
+
     if !errors.is_empty() {
         return Err(BuildFailure::Validation(errors));
     }
@@ -914,8 +960,50 @@ fn build(raw: RawKubeletConfiguration) -> Result<KubeletConfiguration, BuildFail
         memory_manager_policy: or_default(raw.memory_manager_policy, "None"),
         topology_manager_policy,
         topology_manager_scope,
+        cpu_manager_policy_options: options(raw.cpu_manager_policy_options),
+        topology_manager_policy_options: options(raw.topology_manager_policy_options),
+        reserved_memory,
         max_pods,
     })
+}
+
+/// kubelet's `validateReservedMemoryConfiguration`: only `memory` and `hugepages-<size>`, no
+/// zero values, no NUMA node and resource given twice; a negative node id is refused too.
+fn validate_reserved_memory(
+    raw: Vec<RawMemoryReservation>,
+    errors: &mut Vec<String>,
+) -> Vec<MemoryReservation> {
+    let mut seen: BTreeSet<(i32, String)> = BTreeSet::new();
+    let mut out = Vec::new();
+    for (i, entry) in raw.into_iter().enumerate() {
+        let node = entry.numa_node;
+        let mut limits = BTreeMap::new();
+        for (resource, NonNegativeQuantity(quantity)) in entry.limits {
+            if resource != "memory" && !resource.starts_with("hugepages-") {
+                errors.push(format!(
+                    "reservedMemory[{i}]: the limit type {resource:?} for NUMA node {node} is not supported, only [memory hugepages-<HugePageSize>] is accepted"
+                ));
+            }
+            if quantity.is_zero() {
+                errors.push(format!(
+                    "reservedMemory[{i}]: reserved memory may not be zero for NUMA node {node} and resource {resource:?}"
+                ));
+            }
+            if !seen.insert((node, resource.clone())) {
+                errors.push(format!(
+                    "reservedMemory[{i}]: the reserved memory has a duplicate value for NUMA node {node} and resource {resource:?}"
+                ));
+            }
+            limits.insert(resource, quantity);
+        }
+        match u32::try_from(node) {
+            Ok(numa_node) => out.push(MemoryReservation { numa_node, limits }),
+            Err(_) => errors.push(format!(
+                "reservedMemory[{i}].numaNode: {node} is not a NUMA node id"
+            )),
+        }
+    }
+    out
 }
 
 /// kubelet's `enforceNodeAllocatable` checks, in its order and with its messages.
@@ -1178,6 +1266,75 @@ maxPods: 250
         assert_eq!(c.topology_manager_policy, "single-numa-node");
         assert_eq!(c.topology_manager_scope, "pod");
         assert_eq!(c.max_pods, 250);
+    }
+
+    #[test]
+    fn resource_manager_options_and_reserved_memory_are_parsed() {
+        let c = config(
+            "cpuManagerPolicyOptions: {full-pcpus-only: \"true\", distribute-cpus-across-numa: \"true\"}\n\
+             topologyManagerPolicyOptions: {max-allowable-numa-nodes: 16}\n\
+             reservedMemory:\n\
+             - numaNode: 0\n  limits: {memory: 1Gi, hugepages-2Mi: 4Mi}\n\
+             - numaNode: 1\n  limits: {memory: 512Mi}\n",
+        );
+        assert_eq!(
+            c.cpu_manager_policy_options,
+            BTreeMap::from([
+                ("distribute-cpus-across-numa".to_owned(), "true".to_owned()),
+                ("full-pcpus-only".to_owned(), "true".to_owned()),
+            ])
+        );
+        assert_eq!(
+            c.topology_manager_policy_options
+                .get("max-allowable-numa-nodes"),
+            Some(&"16".to_owned())
+        );
+        assert_eq!(c.reserved_memory.len(), 2);
+        assert_eq!(c.reserved_memory[0].numa_node, 0);
+        assert_eq!(c.reserved_memory[0].limits["memory"].value(), 1 << 30);
+        assert_eq!(
+            c.reserved_memory[0].limits["hugepages-2Mi"].value(),
+            4 << 20
+        );
+        assert_eq!(c.reserved_memory[1].limits["memory"].value(), 512 << 20);
+    }
+
+    #[test]
+    fn reserved_memory_is_validated_like_kubelet() {
+        let errors = validation_errors(
+            "reservedMemory:\n\
+             - numaNode: 0\n  limits: {memory: 1Gi, cpu: 1}\n\
+             - numaNode: 0\n  limits: {memory: 0}\n\
+             - numaNode: -1\n  limits: {memory: 1Gi}\n",
+        );
+        assert!(
+            errors.iter().any(|e| e.contains("reservedMemory[0]")
+                && e.contains("the limit type \"cpu\" for NUMA node 0 is not supported")),
+            "{errors:?}"
+        );
+        assert!(
+            errors.iter().any(|e| e.contains("reservedMemory[1]")
+                && e.contains("may not be zero for NUMA node 0 and resource \"memory\"")),
+            "{errors:?}"
+        );
+        assert!(
+            errors.iter().any(|e| e.contains("reservedMemory[1]")
+                && e.contains("duplicate value for NUMA node 0 and resource \"memory\"")),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("reservedMemory[2].numaNode")),
+            "{errors:?}"
+        );
+        let (field, reason, _) = invalid("cpuManagerPolicyOptions: {full-pcpus-only: true}\n");
+        assert_eq!(field, "cpuManagerPolicyOptions.full-pcpus-only");
+        assert!(reason.contains("expected a string"), "{reason}");
+        let (field, reason, _) =
+            invalid("reservedMemory:\n- numaNode: 0\n  limit: {memory: 1Gi}\n");
+        assert!(field.starts_with("reservedMemory[0]"), "{field}");
+        assert!(reason.contains("unknown field `limit`"), "{reason}");
     }
 
     #[test]

@@ -5,7 +5,12 @@
 //! are prepared before `fork`; the child only calls open/write/close, which are
 //! async-signal-safe. Each container leads its own process group so a stop signal reaches
 //! everything it started.
+//!
+//! A process qosd did not start (a container left running by a qosd that was killed) can be
+//! adopted: [`AdoptedProcess`] holds a pidfd, which tells when the process has ended (its exit
+//! status belongs to its real parent and cannot be known) and cannot be fooled by pid reuse.
 use std::ffi::CString;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -34,6 +39,12 @@ pub enum ProcessError {
     #[error("signalling process group {pgid}: {source}")]
     Signal {
         pgid: i32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("adopting process {pid} (pidfd_open): {source}")]
+    Adopt {
+        pid: u32,
         #[source]
         source: std::io::Error,
     },
@@ -155,6 +166,73 @@ pub fn signal_group(pid: u32, signal: i32) -> Result<(), ProcessError> {
     Ok(())
 }
 
+/// A running process that qosd did not start, watched through a pidfd.
+#[derive(Debug)]
+pub struct AdoptedProcess {
+    pid: u32,
+    pidfd: OwnedFd,
+}
+
+impl AdoptedProcess {
+    /// Opens a pidfd for `pid` (Linux 5.3+). Fails if the process does not exist.
+    pub fn adopt(pid: u32) -> Result<Self, ProcessError> {
+        let raw_pid = libc::pid_t::try_from(pid).map_err(|_| ProcessError::Adopt {
+            pid,
+            source: std::io::Error::from_raw_os_error(libc::ESRCH),
+        })?;
+        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1; no memory
+        // is passed.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0) };
+        if fd < 0 {
+            return Err(ProcessError::Adopt {
+                pid,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let fd = i32::try_from(fd).map_err(|_| ProcessError::Adopt {
+            pid,
+            source: std::io::Error::from_raw_os_error(libc::EBADF),
+        })?;
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { pid, pidfd })
+    }
+
+    /// The process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// True once the process has ended (a pidfd becomes readable when it does).
+    pub fn has_exited(&self) -> std::io::Result<bool> {
+        let mut poll = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd on our stack, count 1, timeout 0 (no blocking).
+        let ready = unsafe { libc::poll(&raw mut poll, 1, 0) };
+        if ready < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(ready > 0)
+    }
+}
+
+/// Among `pids`, the one that leads its own process group (how [`spawn`] starts every
+/// container), lowest first; `None` when no process in the list leads a group.
+#[must_use]
+pub fn group_leader(pids: &[u32]) -> Option<u32> {
+    pids.iter().copied().find(|&pid| {
+        let Ok(raw) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: getpgid(2) takes a pid and returns its process group or -1.
+        unsafe { libc::getpgid(raw) == raw }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +294,39 @@ mod tests {
         assert!(!status.success());
         // Signalling a group that is gone is not an error.
         signal_group(child.id(), libc::SIGTERM).expect("gone group");
+    }
+}
+
+#[cfg(test)]
+mod adopt_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn an_adopted_process_is_seen_to_exit_and_leads_its_group() {
+        let launch = Launch {
+            argv: vec!["/bin/sh".into(), "-c".into(), "sleep 0.3".into()],
+            env: Vec::new(),
+            cgroup_procs: Vec::new(),
+            log_file: None,
+        };
+        let mut child = spawn(&launch).expect("spawn");
+        let pid = child.id();
+        assert_eq!(group_leader(&[1_000_000_000, pid]), Some(pid));
+        let adopted = AdoptedProcess::adopt(pid).expect("pidfd_open");
+        assert_eq!(adopted.pid(), pid);
+        assert!(!adopted.has_exited().expect("poll"), "still running");
+        // Our own child: reap it so it does not linger as a zombie (a pidfd reports exit
+        // either way).
+        child.wait().expect("wait");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !adopted.has_exited().expect("poll") {
+            assert!(Instant::now() < deadline, "exit not reported");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            AdoptedProcess::adopt(pid).is_err(),
+            "gone processes cannot be adopted"
+        );
     }
 }

@@ -3,12 +3,21 @@
 //! The supervisor is driven by [`Supervisor::tick`], called periodically by the container
 //! manager: it reaps exits, restarts containers when their back-off has passed, and escalates
 //! a stop from SIGTERM to SIGKILL when the grace period is over. Nothing blocks.
+//!
+//! A container left running by an earlier qosd can be adopted ([`Supervisor::adopt`]): it is
+//! watched, stopped and restarted like one this supervisor started, except that its exit
+//! status cannot be known (it is not our child), so its end counts as a failure with
+//! [`UNKNOWN_EXIT_CODE`].
 use std::collections::BTreeMap;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
-use super::process::{self, Launch};
+use super::process::{self, AdoptedProcess, Launch};
+
+/// The exit code recorded for an adopted process, whose real status went to its parent:
+/// kubelet's code for a container whose status is unknown (`ContainerStatusUnknown`).
+pub const UNKNOWN_EXIT_CODE: i32 = 137;
 
 /// Identifies a container: its pod's uid and its name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -64,16 +73,40 @@ pub enum ContainerState {
 /// Something that happened during a tick, for logs and metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    Started { key: ContainerKey, pid: u32 },
-    Exited { key: ContainerKey, exit_code: i32 },
-    StartFailed { key: ContainerKey, error: String },
-    Killed { key: ContainerKey },
-    Stopped { key: ContainerKey },
+    Started {
+        key: ContainerKey,
+        pid: u32,
+    },
+    /// A running process of an earlier qosd is supervised again.
+    Adopted {
+        key: ContainerKey,
+        pid: u32,
+    },
+    Exited {
+        key: ContainerKey,
+        exit_code: i32,
+    },
+    StartFailed {
+        key: ContainerKey,
+        error: String,
+    },
+    Killed {
+        key: ContainerKey,
+    },
+    Stopped {
+        key: ContainerKey,
+    },
+}
+
+/// The process of a running container.
+enum Running {
+    Child(Child),
+    Adopted(AdoptedProcess),
 }
 
 struct Entry {
     spec: ContainerSpec,
-    child: Option<Child>,
+    child: Option<Running>,
     state: ContainerState,
     restarts: u32,
     started_at: Instant,
@@ -116,6 +149,36 @@ impl Supervisor {
         let event = start(key, &mut entry, self.backoff);
         self.entries.insert(key.clone(), entry);
         Some(event)
+    }
+
+    /// Supervises a container whose process `pid` is already running (started by an earlier
+    /// qosd). `None` when the container is supervised already.
+    pub fn adopt(
+        &mut self,
+        key: &ContainerKey,
+        spec: &ContainerSpec,
+        pid: u32,
+    ) -> Option<Result<Event, process::ProcessError>> {
+        if self.entries.contains_key(key) {
+            return None;
+        }
+        let adopted = match AdoptedProcess::adopt(pid) {
+            Ok(adopted) => adopted,
+            Err(e) => return Some(Err(e)),
+        };
+        let entry = Entry {
+            spec: spec.clone(),
+            child: Some(Running::Adopted(adopted)),
+            state: ContainerState::Running { pid },
+            restarts: 0,
+            started_at: Instant::now(),
+            stop_requested: false,
+        };
+        self.entries.insert(key.clone(), entry);
+        Some(Ok(Event::Adopted {
+            key: key.clone(),
+            pid,
+        }))
     }
 
     /// The spec a container was started with.
@@ -242,7 +305,7 @@ fn start(key: &ContainerKey, entry: &mut Entry, backoff: Backoff) -> Event {
     match process::spawn(&entry.spec.launch) {
         Ok(child) => {
             let pid = child.id();
-            entry.child = Some(child);
+            entry.child = Some(Running::Child(child));
             entry.started_at = Instant::now();
             entry.state = ContainerState::Running { pid };
             Event::Started {
@@ -264,9 +327,25 @@ fn start(key: &ContainerKey, entry: &mut Entry, backoff: Backoff) -> Event {
     }
 }
 
-/// Collects the exit status if the process has ended: the exit code, or 128 + signal.
+/// Collects the exit status if the process has ended: the exit code, or 128 + signal
+/// ([`UNKNOWN_EXIT_CODE`] for an adopted process).
 fn reap(entry: &mut Entry) -> Option<i32> {
-    let child = entry.child.as_mut()?;
+    let child = match entry.child.as_mut()? {
+        Running::Child(child) => child,
+        Running::Adopted(adopted) => {
+            return match adopted.has_exited() {
+                Ok(true) => {
+                    entry.child = None;
+                    Some(UNKNOWN_EXIT_CODE)
+                }
+                Ok(false) => None,
+                Err(e) => {
+                    tracing::warn!(pid = adopted.pid(), error = %e, "watching an adopted container process");
+                    None
+                }
+            };
+        }
+    };
     match child.try_wait() {
         Ok(Some(status)) => {
             entry.child = None;
@@ -422,6 +501,46 @@ mod tests {
             }),
             "{events:?}"
         );
+    }
+
+    #[test]
+    fn an_adopted_process_is_stopped_and_restarted_like_a_started_one() {
+        // Someone else's process (here: spawned directly, outside the supervisor), leading its
+        // own process group as qosd's containers do.
+        let orphan = spec(
+            "trap 'exit 0' TERM; while :; do sleep 0.01; done",
+            RestartPolicy::Always,
+            5000,
+        );
+        let mut child = process::spawn(&orphan.launch).expect("spawn");
+        let pid = child.id();
+        let mut s = Supervisor::new(fast());
+        let event = s
+            .adopt(&key("c"), &orphan, pid)
+            .expect("not supervised yet");
+        assert_eq!(event.expect("pidfd"), Event::Adopted { key: key("c"), pid });
+        assert_eq!(s.state(&key("c")), Some(&ContainerState::Running { pid }));
+        assert!(s.adopt(&key("c"), &orphan, pid).is_none(), "adopted once");
+
+        // It ends (killed from outside): the supervisor notices, counts an unknown exit and
+        // restarts the container as its own child under the restart policy.
+        process::signal_group(pid, libc::SIGKILL).expect("kill");
+        child.wait().expect("reap our test child");
+        let events = tick_until(&mut s, |s, _| s.restart_count(&key("c")) >= 1);
+        assert!(
+            events.contains(&Event::Exited {
+                key: key("c"),
+                exit_code: UNKNOWN_EXIT_CODE
+            }),
+            "{events:?}"
+        );
+        let restarted = match s.state(&key("c")) {
+            Some(ContainerState::Running { pid }) => *pid,
+            other => panic!("not running again: {other:?}"),
+        };
+        assert_ne!(restarted, pid);
+        s.stop(&key("c"));
+        tick_until(&mut s, |s, _| s.is_empty());
     }
 
     #[test]

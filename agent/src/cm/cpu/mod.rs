@@ -102,11 +102,10 @@ pub struct CpuManagerConfig {
 }
 
 impl CpuManagerConfig {
-    /// The configuration from a KubeletConfiguration and the `cpuManagerPolicyOptions` map
-    /// (not parsed by the config module yet).
+    /// The configuration from a KubeletConfiguration (`cpuManagerPolicy`,
+    /// `cpuManagerPolicyOptions`, `reservedSystemCPUs`, the reservations, the feature gates).
     pub fn from_kubelet(
         config: &KubeletConfiguration,
-        policy_options: BTreeMap<String, String>,
         state_dir: Option<PathBuf>,
     ) -> Result<Self, CpuManagerError> {
         let reserved_system_cpus = Cpus::from(&config.reserved_system_cpus);
@@ -122,7 +121,7 @@ impl CpuManagerConfig {
         };
         Ok(Self {
             policy: CpuPolicyName::parse(&config.cpu_manager_policy)?,
-            policy_options,
+            policy_options: config.cpu_manager_policy_options.clone(),
             option_gates: OptionGates::from_feature_gates(&config.feature_gates),
             reserved_system_cpus,
             reserved_millicores,

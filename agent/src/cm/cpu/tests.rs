@@ -38,7 +38,7 @@ fn config_from_kubelet_reserves_as_kubelet_does() {
     };
     kc.kube_reserved.cpu = Some(Quantity::parse("500m").unwrap());
     kc.system_reserved.cpu = Some(Quantity::parse("1200m").unwrap());
-    let c = CpuManagerConfig::from_kubelet(&kc, BTreeMap::new(), None).unwrap();
+    let c = CpuManagerConfig::from_kubelet(&kc, None).unwrap();
     assert_eq!(c.reserved_millicores, 1700);
     assert_eq!(c.policy, CpuPolicyName::Static);
     // ceil(1.7) = 2 CPUs reserved, taken topologically (core 0 and its sibling).
@@ -48,14 +48,14 @@ fn config_from_kubelet_reserves_as_kubelet_does() {
 
     // reservedSystemCPUs overrides the reserved CPU quantity with its size.
     kc.reserved_system_cpus = "1,5,6".parse().unwrap();
-    let c = CpuManagerConfig::from_kubelet(&kc, BTreeMap::new(), None).unwrap();
+    let c = CpuManagerConfig::from_kubelet(&kc, None).unwrap();
     assert_eq!(c.reserved_millicores, 3000);
     let (m, _) = CpuManager::new(&c, topo_single_socket_ht()).unwrap();
     assert_eq!(m.reserved_cpus(), cpus("1,5-6"));
 
     kc.cpu_manager_policy = "dynamic".to_owned();
     assert_eq!(
-        CpuManagerConfig::from_kubelet(&kc, BTreeMap::new(), None)
+        CpuManagerConfig::from_kubelet(&kc, None)
             .unwrap_err()
             .to_string(),
         "unknown policy: \"dynamic\""

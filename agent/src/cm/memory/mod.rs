@@ -133,7 +133,7 @@ pub struct MemoryReservation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryManagerConfig {
     pub policy: MemoryPolicyName,
-    /// `reservedMemory` (not parsed by the config module yet).
+    /// `reservedMemory`.
     pub reserved_memory: Vec<MemoryReservation>,
     /// kube + system reserved + hard eviction threshold by memory resource (kubelet's node
     /// allocatable reservation); `reservedMemory` must add up to it.
@@ -143,10 +143,10 @@ pub struct MemoryManagerConfig {
 }
 
 impl MemoryManagerConfig {
-    /// From a KubeletConfiguration, its `reservedMemory` and node allocatable reservation.
+    /// From a KubeletConfiguration (`memoryManagerPolicy`, `reservedMemory`) and the node
+    /// allocatable reservation.
     pub fn from_kubelet(
         config: &KubeletConfiguration,
-        reserved_memory: Vec<MemoryReservation>,
         reservation: &Reservation,
         state_dir: Option<PathBuf>,
     ) -> Result<Self, MemoryManagerError> {
@@ -157,6 +157,18 @@ impl MemoryManagerConfig {
                 u64::try_from(reservation.memory_bytes).unwrap_or(0),
             );
         }
+        let reserved_memory = config
+            .reserved_memory
+            .iter()
+            .map(|r| MemoryReservation {
+                numa_node: r.numa_node,
+                limits: r
+                    .limits
+                    .iter()
+                    .map(|(resource, q)| (resource.clone(), u64::try_from(q.value()).unwrap_or(0)))
+                    .collect(),
+            })
+            .collect();
         Ok(Self {
             policy: MemoryPolicyName::parse(&config.memory_manager_policy)?,
             reserved_memory,
