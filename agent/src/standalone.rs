@@ -197,6 +197,7 @@ impl Standalone {
                 kubepods,
                 allocatable: node,
                 log_dir: options.log_dir.clone(),
+                state_dir: Some(options.state_dir.clone()),
                 backoff: Backoff::default(),
             },
             resources,

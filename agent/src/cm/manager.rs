@@ -39,12 +39,16 @@ use crate::runtime::supervisor::{
 
 use super::admission::{AdmissionRejection, PodRequests as AdmissionRequests, fits};
 use super::allocatable::NodeAllocatable;
+use super::checkpoint;
 use super::index::{Workload, WorkloadIndex};
 use super::metrics::CmMetrics;
 use super::pod_resources::{PodCgroupPolicy, container_config, pod_config};
 use super::qos_tiers::{QosTiers, tier_settings};
 use super::resource_managers::{ObservedContainer, PlacementRejection, ResourceManagers};
 use crate::cm::cpu::Cpus;
+
+/// In the state directory: the cgroup root qosd created and has not removed yet.
+const ROOT_OWNER_FILE: &str = "cgroup_root_created";
 
 /// Errors that stop the manager from starting (per-pod errors are logged and counted).
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +71,9 @@ pub struct ManagerOptions {
     pub allocatable: NodeAllocatable,
     /// Where container output goes; `None` discards it.
     pub log_dir: Option<PathBuf>,
+    /// Where the manager remembers that it created the cgroup root (so a restarted qosd
+    /// still removes it at shutdown); `None`: only within one run.
+    pub state_dir: Option<PathBuf>,
     pub backoff: Backoff,
 }
 
@@ -126,10 +133,23 @@ impl ContainerManager {
         metrics: CmMetrics,
     ) -> Result<Self, ManagerError> {
         let tiers = QosTiers::new(&options.root)?;
-        let created_root = !cgroups.exists(&options.root)?;
-        if created_root {
+        let marker = options.state_dir.as_ref().map(|d| d.join(ROOT_OWNER_FILE));
+        let created_root = if cgroups.exists(&options.root)? {
+            // Created by an earlier run that did not get to remove it?
+            marker
+                .as_ref()
+                .and_then(|m| std::fs::read_to_string(m).ok())
+                .is_some_and(|owner| owner.trim() == options.root.to_string())
+        } else {
             cgroups.create(&options.root, &ResourceConfig::default())?;
-        }
+            if let Some(marker) = &marker
+                && let Err(e) =
+                    checkpoint::write_atomic(marker, options.root.to_string().as_bytes())
+            {
+                tracing::warn!(file = %marker.display(), error = %e, "cannot record that qosd created its cgroup root; a restarted qosd will leave it in place");
+            }
+            true
+        };
         let mut manager = Self {
             cgroups,
             tiers,
@@ -376,10 +396,17 @@ impl ContainerManager {
                 tracing::warn!(cgroup = %tier, error = %e, "removing a QoS tier");
             }
         }
-        if self.created_root
-            && let Err(e) = self.cgroups.destroy(&self.options.root)
-        {
-            tracing::warn!(cgroup = %self.options.root, error = %e, "removing the cgroup root");
+        if self.created_root {
+            match self.cgroups.destroy(&self.options.root) {
+                Ok(_) => {
+                    if let Some(dir) = &self.options.state_dir {
+                        let _ = std::fs::remove_file(dir.join(ROOT_OWNER_FILE));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(cgroup = %self.options.root, error = %e, "removing the cgroup root");
+                }
+            }
         }
         self.resources.flush();
         tracing::info!("container manager stopped; its cgroups are removed");
@@ -972,6 +999,7 @@ mod tests {
                 pods: 110,
             },
             log_dir: None,
+            state_dir: Some(dir.join("state")),
             backoff: Backoff {
                 initial: Duration::from_millis(20),
                 max: Duration::from_millis(100),
@@ -1224,6 +1252,10 @@ mod tests {
             "{checkpoint}"
         );
         second.shutdown(Duration::from_secs(5));
+        assert!(
+            !d.join("qosd").exists(),
+            "the root the first run created is removed by the second"
+        );
         assert!(
             !Path::new(&format!("/proc/{pid}")).exists() || {
                 // Our own child (spawned by `first`) lingers as a zombie until reaped.

@@ -5,6 +5,7 @@ pub mod lifecycle;
 pub mod pods;
 pub mod runqlat;
 pub mod throttle;
+pub mod topology;
 
 use crate::harness::Case;
 
@@ -50,6 +51,10 @@ pub fn all() -> Vec<Case> {
         Case {
             name: "node_allocatable_enforced_and_admission_rejects",
             run: pods::node_allocatable_enforced,
+        },
+        Case {
+            name: "guaranteed_pod_pinned_to_one_numa_node_survives_restart_with_corrupt_checkpoints",
+            run: topology::guaranteed_pod_pinned_to_one_numa_node,
         },
         Case {
             name: "sigterm_detaches_programs_and_exits_zero_within_1s",

@@ -5,10 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use qosd::cgroup::CgroupLayout;
-
 use crate::agent::{Agent, sample_value};
 use crate::harness::{Context, Outcome, fail};
+use crate::pod_tree::{Hierarchies, TempPaths, wait_for};
 
 const RECONCILE_SECONDS: u64 = 2;
 
@@ -58,174 +57,6 @@ spec:
       limits: {cpu: "5x"}
 "#;
 
-/// Files a case writes outside cgroupfs (manifests, config, container logs), removed on drop.
-struct TempPaths(Vec<PathBuf>);
-
-impl Drop for TempPaths {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_dir_all(path).or_else(|_| std::fs::remove_file(path));
-        }
-    }
-}
-
-/// Where the test's cgroups live in each hierarchy, and how to read a setting on this layout.
-struct Hierarchies {
-    layout: CgroupLayout,
-    root_name: String,
-}
-
-impl Hierarchies {
-    /// Mount points of the hierarchies the container manager writes.
-    fn mounts(&self) -> Vec<PathBuf> {
-        match &self.layout.unified {
-            Some(u) if self.layout.v1.is_empty() => vec![u.clone()],
-            _ => {
-                let mut mounts: Vec<PathBuf> = ["cpu", "cpuacct", "cpuset", "memory", "pids"]
-                    .iter()
-                    .filter_map(|c| self.layout.v1.get(*c).cloned())
-                    .collect();
-                mounts.dedup();
-                mounts
-            }
-        }
-    }
-
-    fn v2(&self) -> bool {
-        self.layout.v1.is_empty()
-    }
-
-    /// Path of `relative` (under the test root) in the hierarchy holding `controller`.
-    fn path(&self, controller: &str, relative: &str) -> PathBuf {
-        let mount = if self.v2() {
-            self.layout.unified.clone().unwrap_or_default()
-        } else {
-            self.layout.v1.get(controller).cloned().unwrap_or_default()
-        };
-        mount
-            .join(&self.root_name)
-            .join(relative.trim_start_matches('/'))
-    }
-
-    fn read(&self, controller: &str, relative: &str, file: &str) -> Result<String, String> {
-        let path = self.path(controller, relative).join(file);
-        std::fs::read_to_string(&path)
-            .map(|s| s.trim().to_owned())
-            .map_err(|e| format!("{}: {e}", path.display()))
-    }
-
-    /// (controller, file, expected) for cpu weight and limit and memory limit on this layout.
-    fn expected(
-        &self,
-        shares: u64,
-        quota_us: Option<u64>,
-        memory: Option<u64>,
-    ) -> Vec<(&'static str, &'static str, String)> {
-        if self.v2() {
-            let weight = 1 + ((shares - 2) * 9999) / 262_142;
-            vec![
-                ("cpu", "cpu.weight", weight.to_string()),
-                (
-                    "cpu",
-                    "cpu.max",
-                    quota_us.map_or("max 100000".to_owned(), |q| format!("{q} 100000")),
-                ),
-                (
-                    "memory",
-                    "memory.max",
-                    memory.map_or("max".to_owned(), |m| m.to_string()),
-                ),
-            ]
-        } else {
-            let mut v = vec![
-                ("cpu", "cpu.shares", shares.to_string()),
-                (
-                    "cpu",
-                    "cpu.cfs_quota_us",
-                    quota_us.map_or("-1".to_owned(), |q| q.to_string()),
-                ),
-            ];
-            if let Some(m) = memory {
-                v.push(("memory", "memory.limit_in_bytes", m.to_string()));
-            }
-            v
-        }
-    }
-
-    fn check(&self, relative: &str, expected: &[(&str, &str, String)]) -> Vec<String> {
-        expected
-            .iter()
-            .filter_map(
-                |(controller, file, want)| match self.read(controller, relative, file) {
-                    Ok(got) if &got == want => None,
-                    Ok(got) => Some(format!("{relative}/{file} = {got}, want {want}")),
-                    Err(e) => Some(e),
-                },
-            )
-            .collect()
-    }
-
-    /// Directories left under the test root in any hierarchy.
-    fn leftovers(&self) -> Vec<PathBuf> {
-        self.mounts()
-            .iter()
-            .map(|m| m.join(&self.root_name))
-            .filter(|p| p.exists())
-            .collect()
-    }
-}
-
-impl Drop for Hierarchies {
-    /// Last-resort cleanup when a case fails half-way: kill what is left, remove deepest first.
-    fn drop(&mut self) {
-        for root in self.leftovers() {
-            let mut dirs = Vec::new();
-            collect_dirs(&root, &mut dirs);
-            for dir in dirs.iter().rev() {
-                if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-                    for pid in procs
-                        .split_whitespace()
-                        .filter_map(|p| p.parse::<i32>().ok())
-                    {
-                        // SAFETY: kill(2) on pids listed in our own test cgroup.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(200));
-            for dir in dirs.iter().rev() {
-                let _ = std::fs::remove_dir(dir);
-            }
-        }
-    }
-}
-
-fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
-    out.push(dir.to_owned());
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect_dirs(&e.path(), out);
-            }
-        }
-    }
-}
-
-fn wait_for<T>(
-    what: &str,
-    within: Duration,
-    mut f: impl FnMut() -> Result<T, String>,
-) -> Result<T, String> {
-    let deadline = Instant::now() + within;
-    loop {
-        match f() {
-            Ok(v) => return Ok(v),
-            Err(e) if Instant::now() > deadline => return Err(format!("{what}: {e}")),
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
-}
-
 /// Manifests in, cgroups with kubelet's values out, processes inside, drift corrected, bad
 /// manifest isolated, everything removed after SIGTERM.
 pub fn manifests_become_cgroups(ctx: &Context) -> Outcome {
@@ -236,15 +67,7 @@ pub fn manifests_become_cgroups(ctx: &Context) -> Outcome {
 }
 
 fn run(ctx: &Context) -> Result<String, String> {
-    let layout = CgroupLayout::detect().map_err(|e| e.to_string())?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let h = Hierarchies {
-        layout,
-        root_name: format!("qosd-systest-pods-{}-{nanos}", std::process::id()),
-    };
+    let h = Hierarchies::new("qosd-systest-pods")?;
     let manifests = std::env::temp_dir().join(format!("{}-manifests", h.root_name));
     let _cleanup = TempPaths(vec![
         manifests.clone(),
@@ -472,15 +295,7 @@ spec:
 "#;
 
 fn allocatable(ctx: &Context) -> Result<String, String> {
-    let layout = CgroupLayout::detect().map_err(|e| e.to_string())?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let h = Hierarchies {
-        layout,
-        root_name: format!("qosd-systest-alloc-{}-{nanos}", std::process::id()),
-    };
+    let h = Hierarchies::new("qosd-systest-alloc")?;
     for mount in h.mounts() {
         if h.v2() {
             // Like systemd for its slices: the parent delegates the controllers the
