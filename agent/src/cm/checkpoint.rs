@@ -383,8 +383,11 @@ pub enum Restored<T> {
     },
 }
 
-/// Reads a checkpoint file; `None` when it does not exist.
+/// Reads a checkpoint file; `None` when it does not exist. Temporary files that a writer
+/// killed mid-write left beside it (see [`write_atomic`]) are removed first: at start nobody
+/// else is writing.
 pub fn read_checkpoint(path: &Path) -> Result<Option<Vec<u8>>, CheckpointError> {
+    remove_temporaries(path);
     match fs::read(path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -393,6 +396,40 @@ pub fn read_checkpoint(path: &Path) -> Result<Option<Vec<u8>>, CheckpointError> 
             path: path.to_owned(),
             source,
         }),
+    }
+}
+
+/// The prefix of [`write_atomic`]'s temporary files for `path`.
+fn temporary_prefix(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "checkpoint".to_owned());
+    format!(".{name}.tmp-")
+}
+
+fn remove_temporaries(path: &Path) {
+    let (Some(dir), prefix) = (path.parent(), temporary_prefix(path)) else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    }) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            match fs::remove_file(entry.path()) {
+                Ok(()) => {
+                    tracing::info!(file = %entry.path().display(), "removed the temporary file of an interrupted checkpoint write");
+                }
+                Err(e) => {
+                    tracing::warn!(file = %entry.path().display(), error = %e, "cannot remove a stale temporary checkpoint file");
+                }
+            }
+        }
     }
 }
 
@@ -474,12 +511,9 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), CheckpointError>
         _ => PathBuf::from("."),
     };
     fs::create_dir_all(&dir).map_err(io_err("creating the directory of", path))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "checkpoint".to_owned());
     let tmp = dir.join(format!(
-        ".{name}.tmp-{}-{}",
+        "{}{}-{}",
+        temporary_prefix(path),
         std::process::id(),
         TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
@@ -666,6 +700,77 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("cpu_manager_state")]);
+    }
+
+    /// Set in the child process of the kill test: it writes checkpoints into this file until
+    /// it is killed.
+    const WRITER_ENV: &str = "QOSD_TEST_CHECKPOINT_WRITER";
+
+    /// Two checkpoint versions, large enough (256 KiB) that a kill often lands mid-write.
+    fn version(which: u8) -> Vec<u8> {
+        vec![b'a' + which; 256 << 10]
+    }
+
+    #[test]
+    fn a_writer_killed_at_any_instant_leaves_the_old_or_the_new_file() {
+        if let Ok(target) = std::env::var(WRITER_ENV) {
+            // The child: write the two versions in turn until SIGKILL.
+            let target = PathBuf::from(target);
+            for i in 0u64.. {
+                write_atomic(&target, &version(u8::from(i % 2 == 1))).unwrap();
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cpu_manager_state");
+        let exe = std::env::current_exe().unwrap();
+        let (mut seed, mut interrupted, mut existed) = (0x9e37_79b9_7f4a_7c15u64, 0, false);
+        for round in 0..40 {
+            let mut child = std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "cm::checkpoint::tests::a_writer_killed_at_any_instant_leaves_the_old_or_the_new_file",
+                    "--test-threads=1",
+                ])
+                .env(WRITER_ENV, &path)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            // A pseudo-random instant in the writer's life: 5 to 45 ms.
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            std::thread::sleep(std::time::Duration::from_millis(5 + (seed >> 33) % 40));
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let left_temporary = fs::read_dir(dir.path())
+                .unwrap()
+                .any(|e| e.unwrap().file_name().to_string_lossy().starts_with('.'));
+            interrupted += usize::from(left_temporary);
+            match read_checkpoint(&path).unwrap() {
+                Some(bytes) => {
+                    existed = true;
+                    assert!(
+                        bytes == version(0) || bytes == version(1),
+                        "round {round}: a torn checkpoint of {} bytes",
+                        bytes.len()
+                    );
+                }
+                // Killed before its first rename (the process was still starting up); once
+                // written, the file must never disappear.
+                None => assert!(!existed, "round {round}: the checkpoint vanished"),
+            }
+            let names: Vec<_> = fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert!(
+                names.iter().all(|n| n == "cpu_manager_state"),
+                "round {round}: temporaries not cleaned up at read: {names:?}"
+            );
+        }
+        // The test is only meaningful if some kills landed inside a write.
+        assert!(interrupted > 0, "no kill interrupted a write in 40 rounds");
     }
 
     #[test]
