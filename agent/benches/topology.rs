@@ -14,7 +14,7 @@ use qosd::cm::topology::TopologyManager;
 use qosd::cm::topology::hint::{
     AllocationError, HintProvider, NumaMask, ProviderHints, TopologyHint,
 };
-use qosd::cm::topology::merge::HintMerger;
+use qosd::cm::topology::merge::{HintMerger, reference};
 use qosd::cm::topology::numa_info::NumaInfo;
 use qosd::cm::topology::policy::{Policy, PolicyName, PolicyOptions};
 use qosd::cm::topology::scope::ScopeName;
@@ -126,6 +126,33 @@ fn merge_benches(c: &mut Criterion) {
         .collect();
     group.bench_function("8numa_4providers_every_subset_none_preferred", |b| {
         b.iter(|| merger.merge(black_box(&no_preferred)));
+    });
+
+    // The peer, in the same run: kubelet's enumeration on the largest every-subset case it
+    // finishes quickly (4 nodes: 15^4 = 50,625 permutations), against qosd's merge.
+    let four = NumaInfo::new(
+        &[0, 1, 2, 3],
+        &(0..4)
+            .map(|a| (0..4).map(|b| if a == b { 10 } else { 20 }).collect())
+            .collect::<Vec<Vec<u64>>>(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut every4: Vec<TopologyHint> = Vec::new();
+    NumaMask::for_each_subset(&[0, 1, 2, 3], |m| {
+        every4.push(TopologyHint::new(m, m.count() == 1));
+    });
+    let every4 = vec![every4; 4];
+    let merger4 = HintMerger::new(&four, false);
+    assert_eq!(
+        merger4.merge(&every4),
+        reference::merge(&four, false, &every4),
+        "qosd and kubelet agree on the benchmarked case"
+    );
+    group.bench_function("4numa_4providers_every_subset/qosd", |b| {
+        b.iter(|| merger4.merge(black_box(&every4)));
+    });
+    group.bench_function("4numa_4providers_every_subset/kubelet_enumeration", |b| {
+        b.iter(|| reference::merge(&four, false, black_box(&every4)));
     });
 
     // 34 nodes, 4 providers offering all 561 pairs and no single node: the reachable pass

@@ -1,5 +1,7 @@
 //! `cargo xtask bench`: runs qosd's criterion benchmarks and prints their figures against the
-//! targets the project set (issue 4: topology merge under 10 ms).
+//! targets the project set (issue 4: topology merge under 10 ms, CPU allocation under 1 ms),
+//! and, for every benchmark `X/qosd` with a peer `X/<peer>` measured in the same run, the
+//! ratio between them.
 //!
 //! This module owns the list of benchmarks, how they are run (`cargo bench -p qosd --bench
 //! NAME`, with the kernel object build skipped: benchmarks never load it) and the summary
@@ -11,12 +13,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 /// Benchmark targets of package `qosd`, in run order.
-const BENCHES: &[&str] = &["topology"];
+const BENCHES: &[&str] = &["topology", "cpu_manager"];
 
 /// Upper bounds per benchmark id prefix (the first match applies).
 const TARGETS: &[(&str, Duration)] = &[
     ("topology_merge/", Duration::from_millis(10)),
     ("topology_admit/", Duration::from_millis(10)),
+    ("cpu_manager_allocate_release/", Duration::from_millis(1)),
+    ("memory_manager_allocate_release/", Duration::from_millis(1)),
 ];
 
 /// One criterion result.
@@ -131,11 +135,38 @@ fn print_summary(figures: &[Figure], elapsed: Duration) {
             target
         );
     }
+    for (ours, peer, ratio) in peer_ratios(figures) {
+        println!("{peer} / {ours}: {ratio:.1}x (qosd is {ratio:.1} times faster)");
+    }
     println!(
         "{} benchmark(s) in {:.0} s",
         figures.len(),
         elapsed.as_secs_f64()
     );
+}
+
+/// (qosd's id, peer's id, peer time / qosd time) for every `X/qosd` with an `X/<peer>`.
+fn peer_ratios(figures: &[Figure]) -> Vec<(String, String, f64)> {
+    let mut out = Vec::new();
+    for ours in figures {
+        let Some(case) = ours.id.strip_suffix("/qosd") else {
+            continue;
+        };
+        for peer in figures {
+            if peer.id != ours.id
+                && peer.id.starts_with(case)
+                && peer.id[case.len()..].starts_with('/')
+                && ours.estimate > Duration::ZERO
+            {
+                out.push((
+                    ours.id.clone(),
+                    peer.id.clone(),
+                    peer.estimate.as_secs_f64() / ours.estimate.as_secs_f64(),
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// A duration in the largest unit it reaches.
@@ -183,7 +214,30 @@ mod tests {
             target_for("topology_merge/34numa_4providers_aligned"),
             Some(Duration::from_millis(10))
         );
+        assert_eq!(
+            target_for("cpu_manager_allocate_release/256cpus_8numa_packed"),
+            Some(Duration::from_millis(1))
+        );
         assert_eq!(target_for("cpu_allocate/256cpus"), None);
         assert_eq!(show(Duration::from_micros(1500)), "1.500 ms");
+    }
+
+    #[test]
+    fn peers_measured_in_the_same_run_give_ratios() {
+        let figure = |id: &str, micros| Figure {
+            id: id.to_owned(),
+            low: Duration::from_micros(micros),
+            estimate: Duration::from_micros(micros),
+            high: Duration::from_micros(micros),
+        };
+        let figures = [
+            figure("m/4numa/qosd", 10),
+            figure("m/4numa/kubelet_enumeration", 250),
+            figure("m/4numa_other", 1),
+        ];
+        let ratios = peer_ratios(&figures);
+        assert_eq!(ratios.len(), 1);
+        assert_eq!(ratios[0].1, "m/4numa/kubelet_enumeration");
+        assert!((ratios[0].2 - 25.0).abs() < 1e-9);
     }
 }

@@ -229,10 +229,10 @@ impl<'a> HintMerger<'a> {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod reference {
+pub mod reference {
     //! A direct port of kubelet's `HintMerger` (enumerate every permutation, fold with
-    //! `compare`), the oracle for the property tests. Deliberately naive.
+    //! `compare`): the oracle of the property tests and the peer `cargo xtask bench` measures
+    //! [`super::HintMerger`] against. Deliberately naive; not used by the agent.
     use super::*;
 
     fn merge_permutation(all: NumaMask, permutation: &[TopologyHint]) -> TopologyHint {
@@ -358,11 +358,8 @@ pub(crate) mod reference {
     }
 
     /// kubelet's `HintMerger.Merge`, by enumeration.
-    pub(crate) fn merge(
-        numa: &NumaInfo,
-        closest: bool,
-        lists: &[Vec<TopologyHint>],
-    ) -> TopologyHint {
+    #[must_use]
+    pub fn merge(numa: &NumaInfo, closest: bool, lists: &[Vec<TopologyHint>]) -> TopologyHint {
         let all = numa.default_mask();
         let best_count = max_of_min_affinity_counts(lists);
         let mut best: Option<TopologyHint> = None;
