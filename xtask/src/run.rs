@@ -1,6 +1,8 @@
 //! `cargo xtask run`: build qosd in release mode and run it in the foreground on the example
 //! pods (`examples/pods/`: one Guaranteed, one Burstable, one BestEffort) under the cgroup root
-//! `/qosd`; Ctrl-C (SIGINT) stops the containers and removes their cgroups.
+//! `/qosd`, with `examples/kubelet-config.yaml` (static CPU manager, Static memory manager,
+//! single-numa-node) and its checkpoints in `target/qosd-state`; Ctrl-C (SIGINT) stops the
+//! containers and removes their cgroups.
 use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
@@ -31,6 +33,10 @@ pub fn run(args: &[String]) -> Result<()> {
         .arg("--manifest-dir")
         .arg(root.join("examples/pods"))
         .args(["--cgroup-root", "/qosd"])
+        .arg("--kubelet-config")
+        .arg(root.join("examples/kubelet-config.yaml"))
+        .arg("--state-dir")
+        .arg(crate::target_dir().join("qosd-state"))
         .arg("--container-log-dir")
         .arg(crate::target_dir().join("qosd-container-logs"))
         .args(args)
