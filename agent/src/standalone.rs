@@ -189,6 +189,8 @@ impl Standalone {
             &machine,
             ResourceMetrics::register(registry)?,
         )?;
+        // Everything that can fail on bad input is checked before the first cgroup is made.
+        let watcher = ManifestWatcher::new(&options.manifest_dir)?;
         let manager = ContainerManager::start(
             Box::new(cgroups),
             ManagerOptions {
@@ -204,7 +206,6 @@ impl Standalone {
             index,
             metrics.clone(),
         )?;
-        let watcher = ManifestWatcher::new(&options.manifest_dir)?;
         let (stop, stopped) = mpsc::channel();
         let period = options.reconcile_period;
         let thread = std::thread::Builder::new()

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::setup;
+
 /// Benchmark targets of package `qosd`, in run order.
 const BENCHES: &[&str] = &["topology", "cpu_manager"];
 
@@ -65,6 +67,9 @@ pub fn run(filter: Option<&str>) -> Result<()> {
         }
     }
     print_summary(&figures, started.elapsed());
+    if filter.is_none_or(|f| "ebpf_overhead".contains(f)) {
+        overhead_section()?;
+    }
     let over: Vec<&Figure> = figures
         .iter()
         .filter(|f| target_for(&f.id).is_some_and(|t| f.estimate > t))
@@ -181,6 +186,18 @@ fn show(d: Duration) -> String {
     } else {
         format!("{:.1} ns", s * 1e9)
     }
+}
+
+/// Builds the release `qosd` and measures its kernel programs against bpftrace.
+fn overhead_section() -> Result<()> {
+    let toolchain = setup::bench_tools()?;
+    setup::run(
+        Command::new("cargo")
+            .args(["build", "--release", "-p", "qosd"])
+            .env("PATH", toolchain.path_env())
+            .current_dir(crate::workspace_root()),
+    )?;
+    crate::overhead::run(&crate::target_dir().join("release/qosd"))
 }
 
 #[cfg(test)]

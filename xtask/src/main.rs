@@ -1,4 +1,4 @@
-//! qosd's developer commands: `cargo xtask setup | run | test | vm`.
+//! qosd's developer commands: `cargo xtask setup | run | test | vm | bench`.
 //!
 //! xtask owns everything around the Rust build that a newcomer or CI needs: installing the
 //! eBPF tool chain and test dependencies into a cache ([`setup`]), starting qosd with its
@@ -6,6 +6,7 @@
 //! booting guest kernels ([`vm`]).
 
 mod bench;
+mod overhead;
 mod run;
 mod setup;
 mod test;
@@ -53,7 +54,9 @@ enum Command {
         command: String,
     },
     /// Run the criterion benchmarks (`cargo bench -p qosd`) and print their figures against
-    /// the targets (topology merge under 10 ms).
+    /// the targets (topology merge under 10 ms, allocation under 1 ms) and peers; then, as
+    /// root, the eBPF programs' cost per event under load against bpftrace (filter
+    /// `ebpf_overhead` for that part only).
     Bench {
         /// Only benchmarks whose id contains this string.
         filter: Option<String>,

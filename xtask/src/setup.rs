@@ -9,7 +9,6 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::vm;
 
-/// Debian packages the test tiers need, with what each is for.
 /// Debian packages the build needs (`cargo xtask run` installs these too).
 const BUILD_PACKAGES: &[(&str, &str)] = &[
     ("libhwloc-dev", "hwlocality links against hwloc"),
@@ -24,6 +23,19 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "packs the guests' initramfs"),
     ("binutils", "strips binaries for the initramfs"),
     ("curl", "the README's metrics example"),
+];
+
+/// Debian packages `cargo xtask bench` needs for the eBPF overhead figures.
+const BENCH_PACKAGES: &[(&str, &str)] = &[
+    ("bpftool", "names the kernel programs in the overhead table"),
+    (
+        "bpftrace",
+        "the peer the overhead of qosd's programs is measured against",
+    ),
+    (
+        "stress-ng",
+        "the context-switch-heavy load of the overhead benchmark",
+    ),
 ];
 
 /// What later steps need from setup.
@@ -55,6 +67,13 @@ pub fn build_tools() -> Result<Toolchain> {
         bpf_linker_dir,
         cache,
     })
+}
+
+/// Installs what `cargo xtask bench` needs: build tools and the overhead benchmark's peers.
+pub fn bench_tools() -> Result<Toolchain> {
+    let toolchain = build_tools()?;
+    ensure_packages(BENCH_PACKAGES)?;
+    Ok(toolchain)
 }
 
 /// Installs everything: build tools, Debian packages, guest kernels.
