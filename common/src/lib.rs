@@ -82,8 +82,8 @@ pub struct SchedOffsets {
     pub configured: u32,
 }
 
-/// What the run-queue programs remember about a task waiting for a CPU (one entry per task,
-/// in a bounded LRU hash keyed by pid).
+/// What the run-queue programs remember about a task waiting for a CPU (one entry per waiting
+/// task, in a bounded hash keyed by pid).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaitStart {
@@ -151,7 +151,7 @@ pub struct RunqStats {
     pub throttle_dropped: u64,
 }
 
-/// Capacity of the per-task wait-start LRU hash (pids waiting for a CPU at the same time).
+/// Capacity of the per-task wait-start hash (pids waiting for a CPU at the same time).
 pub const MAX_WAITING_TASKS: u32 = 16_384;
 /// Capacity of the per-(cgroup, bucket) histogram map.
 pub const MAX_HIST_ENTRIES: u32 = 32_768;
@@ -176,7 +176,7 @@ pub mod names {
     pub const SWITCH_RAW_TP: &str = "cpu_time_raw_tp";
     /// Global holding [`super::SchedOffsets`].
     pub const SCHED_OFFSETS_GLOBAL: &str = "QOSD_SCHED_OFFSETS";
-    /// LRU hash: pid (u32) -> [`super::WaitStart`].
+    /// Hash: pid (u32) -> [`super::WaitStart`], waiting tasks only.
     pub const WAIT_START_MAP: &str = "RUNQ_WAIT_START";
     /// Per-CPU hash: [`super::HistKey`] -> count (or sum in ns).
     pub const RUNQ_HIST_MAP: &str = "RUNQ_HIST";

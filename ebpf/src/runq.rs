@@ -4,8 +4,11 @@
 //! a task's wait starts when it is woken or when it is switched out while still runnable
 //! (preempted, or yielding); it ends when the task is switched in. The wait goes into a log2
 //! histogram of the task's cgroup; a preemption is also counted against the (victim cgroup,
-//! preemptor cgroup) pair, with the wait it caused. Per-task state lives in a bounded LRU hash
-//! keyed by pid; a task that blocks has its entry removed at once.
+//! preemptor cgroup) pair, with the wait it caused. Per-task state lives in a bounded hash
+//! keyed by pid, holding only tasks waiting for a CPU: the entry goes when the task is switched
+//! in or blocks (a task can only exit by running, so every entry has an end); a wait that finds
+//! the map full is counted as dropped, never silently evicted. User space removes entries older
+//! than any real wait, which only a missed event could leave.
 //!
 //! `throttle_cfs_rq_fexit` / `unthrottle_cfs_rq_fentry`: one throttle episode per `cfs_rq`
 //! (a cgroup on one CPU), from the moment `throttle_cfs_rq` left it throttled to
@@ -13,7 +16,7 @@
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
     macros::{btf_tracepoint, fentry, fexit, map, raw_tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext},
 };
 use qosd_common::{
@@ -34,10 +37,10 @@ static QOSD_SCHED_OFFSETS: SchedOffsets = SchedOffsets {
     configured: 0,
 };
 
-/// pid -> when its wait began (bounded: the least recently used entry makes room).
+/// pid -> when its wait began; only tasks waiting for a CPU (bounded; a full map drops and
+/// counts the new wait).
 #[map]
-static RUNQ_WAIT_START: LruHashMap<u32, WaitStart> =
-    LruHashMap::with_max_entries(MAX_WAITING_TASKS, 0);
+static RUNQ_WAIT_START: HashMap<u32, WaitStart> = HashMap::with_max_entries(MAX_WAITING_TASKS, 0);
 
 /// (cgroup, log2 bucket) -> waits; (cgroup, HIST_SUM_BUCKET) -> nanoseconds waited.
 #[map]
@@ -64,6 +67,8 @@ static THROTTLE_HIST: PerCpuHashMap<HistKey, u64> =
 
 const BPF_ANY: u64 = 0;
 const BPF_NOEXIST: u64 = 1;
+/// `-EEXIST`: an insert with [`BPF_NOEXIST`] found the key.
+const EEXIST: i64 = -17;
 
 #[btf_tracepoint(function = "sched_switch")]
 #[expect(
@@ -173,8 +178,12 @@ fn on_wakeup(task: *const u8) {
         victim_cgroup: 0,
         preemptor_cgroup: 0,
     };
-    // -EEXIST (already waiting) is expected; the LRU map never reports "full".
-    let _ = RUNQ_WAIT_START.insert(pid, start, BPF_NOEXIST);
+    // -EEXIST (already waiting) is expected; anything else (the map is full) loses this wait.
+    if let Err(e) = RUNQ_WAIT_START.insert(pid, start, BPF_NOEXIST)
+        && i64::from(e) != EEXIST
+    {
+        stats.dropped += 1;
+    }
 }
 
 #[inline(always)]

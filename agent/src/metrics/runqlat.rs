@@ -39,6 +39,14 @@ pub trait RunqSource: Send {
 
 impl RunqSource for SchedProbe {
     fn sample(&mut self) -> Result<RunqSample, String> {
+        match self.expire_waits() {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                entries = n,
+                "removed run-queue wait entries older than any real wait (a missed switch-in)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "expiring stale run-queue wait entries"),
+        }
         SchedProbe::sample(self).map_err(|e| e.to_string())
     }
 

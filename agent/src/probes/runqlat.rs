@@ -8,10 +8,12 @@
 //! carries the throttle-episode programs (see [`super::throttle`]), attached afterwards where
 //! fentry/fexit is allowed.
 //!
-//! Per-task wait starts live in an LRU hash keyed by pid ([`MAX_WAITING_TASKS`] entries) on
-//! every kernel: aya-ebpf 0.2 has no task-local storage map, and a map type the kernel cannot
-//! create (task storage does not exist on 5.10) would make the whole object fail to load,
-//! taking the cpu-time probe with it.
+//! Per-task wait starts live in a hash keyed by pid ([`MAX_WAITING_TASKS`] entries) on every
+//! kernel: aya-ebpf 0.2 has no task-local storage map, and a map type the kernel cannot create
+//! (task storage for tracing programs does not exist on 5.10) would make the whole object fail
+//! to load, taking the cpu-time probe with it. Only waiting tasks have an entry; a wait that
+//! finds the map full is counted as dropped (an LRU map would evict silently), and entries
+//! older than [`STALE_WAIT`] are expired at scrape and counted the same way.
 use std::collections::HashMap;
 
 use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
@@ -30,7 +32,7 @@ use super::{EBPF_OBJECT, ProbeMode, error_chain};
 pub const PROBE_NAME: &str = "runqlat";
 
 /// How per-task wait starts are kept, for `check` and the logs.
-pub const TASK_STATE_STORAGE: &str = "lru_hash";
+pub const TASK_STATE_STORAGE: &str = "hash";
 
 /// Errors of the run-queue latency probe.
 #[derive(Debug, thiserror::Error)]
@@ -95,7 +97,13 @@ pub struct SchedProbe {
     mode: ProbeMode,
     refused: Vec<(ProbeMode, String)>,
     throttle_mode: ProbeMode,
+    /// Wait-start entries removed by [`SchedProbe::expire_waits`] (lost waits).
+    expired_waits: u64,
 }
+
+/// A wait-start entry older than this can only be left by a missed event (no task waits ten
+/// minutes for a CPU): [`SchedProbe::expire_waits`] removes it and counts a dropped event.
+pub const STALE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl SchedProbe {
     /// Loads the object with offsets for the running kernel, attaches the run-queue handlers
@@ -141,6 +149,7 @@ impl SchedProbe {
                         mode: candidate.clone(),
                         refused,
                         throttle_mode,
+                        expired_waits: 0,
                     });
                 }
                 Err(reason) => refused.push((candidate.clone(), reason)),
@@ -221,7 +230,7 @@ impl SchedProbe {
         let per_cpu = stats
             .get(&0, 0)
             .map_err(|e| map_error(names::RUNQ_STATS_MAP, &e))?;
-        sample.stats = per_cpu.iter().fold(RunqStats::default(), |a, s| RunqStats {
+        let kernel = per_cpu.iter().fold(RunqStats::default(), |a, s| RunqStats {
             switches: a.switches.saturating_add(s.switches),
             wakeups: a.wakeups.saturating_add(s.wakeups),
             dropped: a.dropped.saturating_add(s.dropped),
@@ -229,7 +238,47 @@ impl SchedProbe {
             throttle_episodes: a.throttle_episodes.saturating_add(s.throttle_episodes),
             throttle_dropped: a.throttle_dropped.saturating_add(s.throttle_dropped),
         });
+        sample.stats = RunqStats {
+            dropped: kernel.dropped.saturating_add(self.expired_waits),
+            ..kernel
+        };
         Ok(sample)
+    }
+
+    /// Removes wait-start entries older than [`STALE_WAIT`] (CLOCK_MONOTONIC, the programs'
+    /// clock), so a missed switch-in can never fill the map; each counts as a dropped event.
+    pub fn expire_waits(&mut self) -> Result<usize, RunqlatError> {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec into the valid struct on our stack.
+        if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) } != 0 {
+            return Ok(0);
+        }
+        let now_ns = u64::try_from(now.tv_sec)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::try_from(now.tv_nsec).unwrap_or(0));
+        let limit = u64::try_from(STALE_WAIT.as_nanos()).unwrap_or(u64::MAX);
+        let map = self
+            .ebpf
+            .map_mut(names::WAIT_START_MAP)
+            .ok_or_else(|| missing_map(names::WAIT_START_MAP))?;
+        let mut waiting: AyaHashMap<&mut MapData, u32, WaitStart> =
+            AyaHashMap::try_from(map).map_err(|e| map_error(names::WAIT_START_MAP, &e))?;
+        let stale: Vec<u32> = waiting
+            .iter()
+            .flatten()
+            .filter(|(_, start)| now_ns.saturating_sub(start.since_ns) > limit)
+            .map(|(pid, _)| pid)
+            .collect();
+        for pid in &stale {
+            // Racing with the task being switched in: either side removes it.
+            let _ = waiting.remove(pid);
+        }
+        self.expired_waits = self.expired_waits.saturating_add(stale.len() as u64);
+        Ok(stale.len())
     }
 
     /// Removes every entry of cgroups that no longer exist, keeping the maps bounded.
