@@ -47,6 +47,9 @@ pub struct RunningTask {
     pub cgroup_id: u64,
     /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when it was switched in; 0 before the first switch.
     pub since_ns: u64,
+    /// Its `task->cgroups` (`struct css_set *`) when `cgroup_id` was read: while the task's
+    /// css_set is unchanged so is its cgroup, and the walk to the id can be skipped.
+    pub css_set: u64,
 }
 
 /// Per-CPU health counters of the cpu-time probe.
@@ -78,6 +81,9 @@ pub struct SchedOffsets {
     pub tg_css: u32,
     /// `cfs_rq.throttled` (`int`): non-zero while the cfs_rq is throttled.
     pub cfs_rq_throttled: u32,
+    /// `task_struct.on_cpu` (`int`): 1 while the task runs on a CPU. A wakeup of a running
+    /// task starts no wait.
+    pub task_on_cpu: u32,
     /// 1 when the offsets are filled in; 0 means "not configured" and the programs count nothing.
     pub configured: u32,
 }

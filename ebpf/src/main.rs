@@ -84,8 +84,10 @@ fn offsets() -> KernelOffsets {
 }
 
 /// Charges the slice that just ended to `prev`'s cgroup as it is now (a task that moved
-/// itself into a cgroup while running is charged to the new one, as the kernel does), then
-/// starts timing `next`.
+/// itself into a cgroup while running is charged to the new one), then starts timing `next`.
+/// `prev` is the task the previous switch on this CPU switched in: while its css_set is the
+/// one seen then, its cgroup id is the one remembered, so most switches walk one task's
+/// cgroup chain instead of two.
 #[inline(always)]
 fn on_switch(prev: *const u8, next: *const u8) {
     // SAFETY: bpf_ktime_get_ns has no preconditions; it reads CLOCK_MONOTONIC.
@@ -107,20 +109,23 @@ fn on_switch(prev: *const u8, next: *const u8) {
     }
 
     if running.since_ns != 0 && now > running.since_ns {
-        match task_cgroup_id(prev, &off) {
+        let prev_cgroup = match read_at::<u64>(prev, off.task_cgroups) {
+            Ok(css_set) if css_set == running.css_set => Ok(running.cgroup_id),
+            _ => task_cgroup_id(prev, &off),
+        };
+        match prev_cgroup {
             Ok(0) => {}
-            Ok(prev_cgroup) => charge(prev_cgroup, now - running.since_ns, stats),
+            Ok(id) => charge(id, now - running.since_ns, stats),
             Err(()) => stats.read_errors += 1,
         }
     }
 
     running.since_ns = now;
-    // Only used by user space to add the slice in progress to its reading.
-    running.cgroup_id = match task_cgroup_id(next, &off) {
-        Ok(id) => id,
+    (running.cgroup_id, running.css_set) = match task_cgroup_and_css_set(next, &off) {
+        Ok(found) => found,
         Err(()) => {
             stats.read_errors += 1;
-            0
+            (0, 0)
         }
     };
 }
@@ -139,11 +144,23 @@ fn charge(cgroup_id: u64, delta_ns: u64, stats: &mut ProbeStats) {
 /// The cgroup id of `task`, or 0 for the idle task (pid 0), which belongs to no workload.
 #[inline(always)]
 fn task_cgroup_id(task: *const u8, off: &KernelOffsets) -> Result<u64, ()> {
+    task_cgroup_and_css_set(task, off).map(|(id, _)| id)
+}
+
+/// [`task_cgroup_id`] and the css_set it was read through ((0, 0) for the idle task).
+#[inline(always)]
+fn task_cgroup_and_css_set(task: *const u8, off: &KernelOffsets) -> Result<(u64, u64), ()> {
     let pid: i32 = read_at(task, off.task_pid)?;
     if pid == 0 {
-        return Ok(0);
+        return Ok((0, 0));
     }
     let css_set: *const u8 = read_at(task, off.task_cgroups)?;
+    Ok((css_set_cgroup_id(css_set, off)?, css_set as u64))
+}
+
+/// The cgroup id behind a css_set: the unified cgroup, or the v1 cpu controller's.
+#[inline(always)]
+fn css_set_cgroup_id(css_set: *const u8, off: &KernelOffsets) -> Result<u64, ()> {
     let cgroup: *const u8 = if off.cgroup_mode == cgroup_mode::V1_CPU {
         let css: *const u8 = read_at(css_set, off.css_set_cpu_css)?;
         read_at(css, off.css_cgroup)?

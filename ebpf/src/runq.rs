@@ -1,8 +1,10 @@
 //! Run-queue latency, preemption pairs and CFS throttle episodes.
 //!
 //! `runq_*` (sched_wakeup, sched_wakeup_new, sched_switch; `tp_btf` and `raw_tp` flavours):
-//! a task's wait starts when it is woken or when it is switched out while still runnable
-//! (preempted, or yielding); it ends when the task is switched in. The wait goes into a log2
+//! a task's wait starts when it is woken (unless it is running at that moment: a wakeup that
+//! finds it still on its CPU) or when it is switched out while still runnable (preempted, or
+//! yielding); it ends when the task is switched in. So only queued tasks have an entry, and a
+//! task that blocks has none to remove. The wait goes into a log2
 //! histogram of the task's cgroup; a preemption is also counted against the (victim cgroup,
 //! preemptor cgroup) pair, with the wait it caused. Per-task state lives in a bounded hash
 //! keyed by pid, holding only tasks waiting for a CPU: the entry goes when the task is switched
@@ -34,6 +36,7 @@ static QOSD_SCHED_OFFSETS: SchedOffsets = SchedOffsets {
     cfs_rq_tg: 0,
     tg_css: 0,
     cfs_rq_throttled: 0,
+    task_on_cpu: 0,
     configured: 0,
 };
 
@@ -154,8 +157,9 @@ fn now_ns() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// A woken task starts waiting, unless it is already waiting (woken while still queued after
-/// a preemption: that wait began earlier and keeps its attribution).
+/// A woken task starts waiting, unless it is running (a wakeup that found it still on its
+/// CPU: it never left) or already waiting (woken while still queued after a preemption: that
+/// wait began earlier and keeps its attribution).
 #[inline(always)]
 fn on_wakeup(task: *const u8) {
     let Some(stats) = stats() else {
@@ -163,14 +167,18 @@ fn on_wakeup(task: *const u8) {
     };
     stats.wakeups += 1;
     let off = offsets();
-    if off.cgroup_mode == 0 {
+    let soff = sched_offsets();
+    if off.cgroup_mode == 0 || soff.configured == 0 {
         return;
     }
-    let Ok(pid) = read_at::<u32>(task, off.task_pid) else {
+    let (Ok(pid), Ok(on_cpu)) = (
+        read_at::<u32>(task, off.task_pid),
+        read_at::<i32>(task, soff.task_on_cpu),
+    ) else {
         stats.read_errors += 1;
         return;
     };
-    if pid == 0 {
+    if pid == 0 || on_cpu != 0 {
         return;
     }
     let start = WaitStart {
@@ -203,7 +211,7 @@ fn on_switch(preempt: bool, prev: *const u8, next: *const u8) {
 }
 
 /// `prev` leaves the CPU: still runnable means preempted (its wait starts now, charged to
-/// the pair), otherwise it blocks and any stale wait entry goes.
+/// the pair); otherwise it blocks, and has no entry (it was running, so no wakeup made one).
 #[inline(always)]
 fn switched_out(
     preempt: bool,
@@ -225,8 +233,6 @@ fn switched_out(
         return;
     }
     if !preempt && state != 0 {
-        // Blocking: not waiting for a CPU. -ENOENT is the common case.
-        let _ = RUNQ_WAIT_START.remove(pid);
         return;
     }
     let (Ok(victim), Ok(preemptor)) = (task_cgroup_id(prev, off), task_cgroup_id(next, off)) else {
@@ -271,13 +277,17 @@ fn switched_in(next: *const u8, now: u64, off: &KernelOffsets, stats: &mut RunqS
         return;
     }
     let wait = now - start.since_ns;
-    let cgroup = match task_cgroup_id(next, off) {
-        Ok(0) => return,
-        Ok(id) => id,
-        Err(()) => {
-            stats.read_errors += 1;
-            return;
-        }
+    // A preempted task's cgroup was read when it was switched out; a woken one's is read now.
+    let cgroup = match start.victim_cgroup {
+        0 => match task_cgroup_id(next, off) {
+            Ok(0) => return,
+            Ok(id) => id,
+            Err(()) => {
+                stats.read_errors += 1;
+                return;
+            }
+        },
+        id => id,
     };
     let dropped = hist_add(&RUNQ_HIST, cgroup, bucket(wait), 1)
         | hist_add(&RUNQ_HIST, cgroup, HIST_SUM_BUCKET, wait);

@@ -9,7 +9,8 @@
 //! The binary doubles as the test workloads: `qosd-systests spin SECS` burns one CPU for
 //! SECS seconds; `qosd-systests sleep SECS` sleeps; `qosd-systests memory MIB SECS` allocates
 //! MIB MiB, writes every page once (so it is resident where the memory policy put it), then
-//! keeps rewriting one byte per page for SECS seconds.
+//! keeps rewriting one byte per page for SECS seconds; `qosd-systests nap MS SECS` sleeps MS
+//! milliseconds and works about as long again, in a loop (a task woken over and over).
 mod agent;
 mod cases;
 mod cgroup_fixture;
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         Some("spin") => return workload(&args, true),
         Some("sleep") => return workload(&args, false),
         Some("memory") => return memory_workload(&args),
+        Some("nap") => return nap_workload(&args),
         _ => {}
     }
     let Ok(self_exe) = std::env::current_exe() else {
@@ -106,6 +108,29 @@ fn memory_workload(args: &[String]) -> ExitCode {
         std::hint::black_box(&buffer);
         if Instant::now() >= deadline {
             break;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `nap MS SECS`: sleep MS ms, then spin about MS ms, until SECS have passed: every wakeup
+/// queues the task behind whatever runs on its CPU.
+fn nap_workload(args: &[String]) -> ExitCode {
+    let (Some(ms), Some(seconds)) = (
+        args.get(1).and_then(|s| s.parse::<f64>().ok()),
+        args.get(2).and_then(|s| s.parse::<f64>().ok()),
+    ) else {
+        eprintln!("usage: qosd-systests nap MS SECONDS");
+        return ExitCode::FAILURE;
+    };
+    let nap = Duration::from_secs_f64(ms / 1000.0);
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut x = 0u64;
+    while Instant::now() < deadline {
+        std::thread::sleep(nap);
+        let busy = Instant::now();
+        while busy.elapsed() < nap {
+            x = std::hint::black_box(x.wrapping_add(1));
         }
     }
     ExitCode::SUCCESS

@@ -364,6 +364,7 @@ fn sched_offsets(btf: &KernelBtf) -> Result<SchedOffsetsFound, BtfError> {
     let task_state = btf
         .member_offset("task_struct", "__state")
         .or_else(|_| btf.member_offset("task_struct", "state"))?;
+    let task_on_cpu = btf.member_offset("task_struct", "on_cpu")?;
     let throttle = (|| {
         Ok::<_, BtfError>((
             btf.member_offset("cfs_rq", "tg")?,
@@ -384,6 +385,7 @@ fn sched_offsets(btf: &KernelBtf) -> Result<SchedOffsetsFound, BtfError> {
             cfs_rq_tg,
             tg_css,
             cfs_rq_throttled,
+            task_on_cpu,
             configured: 1,
         },
         throttle_missing,

@@ -68,7 +68,7 @@ fn run_waits(ctx: &Context, mode: Option<&str>) -> Result<Option<String>, String
         ));
     }
     let mut cgroups = TestCgroups::create("qosd-systest-runq")?;
-    for child in ["crowded", "other", "idle"] {
+    for child in ["crowded", "other", "idle", "napper"] {
         cgroups.mkdir(child)?;
     }
     let exe = ctx.self_exe.clone();
@@ -76,8 +76,10 @@ fn run_waits(ctx: &Context, mode: Option<&str>) -> Result<Option<String>, String
     let a2 = cgroups.spawn_in("crowded", &exe, &["spin", SPIN_SECONDS])?;
     let b = cgroups.spawn_in("other", &exe, &["spin", SPIN_SECONDS])?;
     cgroups.spawn_in("idle", &exe, &["sleep", SPIN_SECONDS])?;
+    // Woken every few ms onto the crowded CPU: its waits start at wakeups, not preemptions.
+    let napper = cgroups.spawn_in("napper", &exe, &["nap", "4", SPIN_SECONDS])?;
     let cpu = last_allowed_cpu()?;
-    for pid in [a1, a2, b] {
+    for pid in [a1, a2, b, napper] {
         // After the exec the shell has joined its cgroup: pinning earlier would be undone by
         // cgroup v2's cpuset, which resets a task's affinity when it attaches.
         wait_exec(pid)?;
@@ -87,12 +89,16 @@ fn run_waits(ctx: &Context, mode: Option<&str>) -> Result<Option<String>, String
     let Some(before_kernel) = schedstat_wait(&[a1, a2]) else {
         return Ok(None);
     };
+    let napper_kernel_before = schedstat_wait(&[napper]).ok_or("no schedstat for the napper")?;
     let before = histogram(&agent, &cgroups, "crowded")?;
     let idle_before = histogram(&agent, &cgroups, "idle")?;
+    let napper_before = histogram(&agent, &cgroups, "napper")?;
     std::thread::sleep(Duration::from_secs(3));
     let after_kernel = schedstat_wait(&[a1, a2]).ok_or("schedstat vanished mid-test")?;
+    let napper_kernel_after = schedstat_wait(&[napper]).ok_or("schedstat vanished mid-test")?;
     let after = histogram(&agent, &cgroups, "crowded")?;
     let idle_after = histogram(&agent, &cgroups, "idle")?;
+    let napper_after = histogram(&agent, &cgroups, "napper")?;
     cgroups.wait_all()?;
 
     let kernel = (after_kernel - before_kernel) as f64 / 1e9;
@@ -105,13 +111,24 @@ fn run_waits(ctx: &Context, mode: Option<&str>) -> Result<Option<String>, String
         ));
     }
     let relative = (qosd - kernel).abs() / kernel;
+    let napper_kernel = (napper_kernel_after - napper_kernel_before) as f64 / 1e9;
+    let napper_qosd = napper_after.1 - napper_before.1;
+    let napper_count = napper_after.0 - napper_before.0;
+    let napper_relative = (napper_qosd - napper_kernel).abs() / napper_kernel.max(1e-9);
     let summary = format!(
-        "crowded cgroup on CPU {cpu}: qosd {qosd:.4}s over {count} waits vs schedstat {kernel:.4}s ({:.1}% apart); idle cgroup waited {idle_sum:.6}s",
-        relative * 100.0
+        "crowded cgroup on CPU {cpu}: qosd {qosd:.4}s over {count} waits vs schedstat {kernel:.4}s ({:.1}% apart); napper woken {napper_count} times: qosd {napper_qosd:.4}s vs schedstat {napper_kernel:.4}s ({:.1}% apart); idle cgroup waited {idle_sum:.6}s",
+        relative * 100.0,
+        napper_relative * 100.0
     );
     if count <= 0.0 || relative > TOLERANCE {
         return Err(format!(
             "{summary}: expected a count and at most {:.0}% apart",
+            TOLERANCE * 100.0
+        ));
+    }
+    if napper_count <= 0.0 || napper_kernel < 0.01 || napper_relative > TOLERANCE {
+        return Err(format!(
+            "{summary}: expected the napper's wakeup waits (at least 10 ms by schedstat) within {:.0}%",
             TOLERANCE * 100.0
         ));
     }
