@@ -303,7 +303,7 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
             )];
         }
     };
-    let work = toolchain.cache.join("vm-work");
+    let work = vm::work_dir();
     let payload = match stripped_payload(bins, &work) {
         Ok(p) => p,
         Err(e) => {
