@@ -55,6 +55,20 @@ impl fmt::Display for ProbeMode {
     }
 }
 
+/// Program `name` of a loaded object as its concrete type, or why not (as text, the form in
+/// which refused attach modes are reported).
+pub(crate) fn program_as<'a, P>(ebpf: &'a mut aya::Ebpf, name: &str) -> Result<&'a mut P, String>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let program = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object"))?;
+    program
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| error_chain(&e))
+}
+
 /// Renders an error with its whole source chain on one line (aya's top-level messages, such as
 /// "the BPF_PROG_LOAD syscall failed", keep the errno in the source).
 #[must_use]
