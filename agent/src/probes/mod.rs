@@ -6,9 +6,11 @@
 //! - [`cpu_time`]: on-CPU time per cgroup from sched_switch.
 //! - [`runqlat`]: run-queue latency and preemption pairs per cgroup.
 //! - [`throttle`]: CFS throttle episodes (fentry) and `cpu.stat` counters.
+//! - [`numa`]: NUMA hinting faults, page allocations and task migrations, local or remote.
 pub mod btf;
 pub mod cpu_time;
 pub mod features;
+pub mod numa;
 pub mod runqlat;
 pub mod throttle;
 
