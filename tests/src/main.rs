@@ -14,6 +14,7 @@ mod agent;
 mod cases;
 mod cgroup_fixture;
 mod harness;
+mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
