@@ -97,6 +97,10 @@ pub fn all() -> Vec<Case> {
             run: numa::page_allocations,
         },
         Case {
+            name: "numa_counters_of_removed_cgroups_are_dropped",
+            run: numa::removed_cgroups_forgotten,
+        },
+        Case {
             name: "numa_task_migrations_match_nr_migrations",
             run: numa::migrations,
         },

@@ -82,6 +82,8 @@ struct Placement {
     /// Over the window: qosd's hinting faults of every cgroup (local, remote) and the kernel's
     /// (`numa_hint_faults`, `numa_hint_faults_local`) deltas.
     window: Option<((f64, f64), (f64, f64))>,
+    /// Whether the counters of the removed test cgroups left the maps and the exposition.
+    cleanup: Result<String, String>,
 }
 
 /// One agent run serves every case but the raw_tracepoint one (each agent start costs about
@@ -180,6 +182,15 @@ pub fn memory_bytes(ctx: &Context) -> Outcome {
         }
         None
     })
+}
+
+/// Once the test cgroups are gone, their entries leave the NUMA maps and their series the
+/// exposition (the maps stay bounded by the cgroups that exist).
+pub fn removed_cgroups_forgotten(ctx: &Context) -> Outcome {
+    match placement(ctx).and_then(|p| p.cleanup.clone()) {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(e) => fail(e),
+    }
 }
 
 /// `qosd_numa_hint_faults_total`: the remote workload's faults at least 90 % remote, the local
@@ -499,7 +510,30 @@ fn measure_placement(ctx: &Context, agent: &Agent, probe_info: &str) -> Result<P
             allocs: pair("qosd_numa_page_allocations_total"),
         });
     }
-    cgroups.kill_all();
+    let subtree = format!("/{}/", cgroups.name);
+    let entries = |text: &str| {
+        sample_value(text, "qosd_bpf_map_entries", "map=\"NUMA_PAGE_ALLOCS\"").unwrap_or(0.0)
+    };
+    let entries_before = entries(&text);
+    drop(cgroups);
+    // The first scrape after the removal finds the ids gone and removes their map entries;
+    // the second shows the map without them.
+    agent.scrape()?;
+    let text = agent.scrape()?;
+    let entries_after = entries(&text);
+    let leftovers = text
+        .lines()
+        .filter(|l| l.starts_with("qosd_numa_") && l.contains(&subtree))
+        .count();
+    let cleanup = if leftovers == 0 && entries_after < entries_before {
+        Ok(format!(
+            "after the test cgroups were removed: no qosd_numa_* series of them, NUMA_PAGE_ALLOCS entries {entries_before} -> {entries_after}"
+        ))
+    } else {
+        Err(format!(
+            "after the test cgroups were removed: {leftovers} qosd_numa_* series of them remain, NUMA_PAGE_ALLOCS entries {entries_before} -> {entries_after}"
+        ))
+    };
     let window = hint_live.then_some((
         (after.0 - before.0, after.1 - before.1),
         (vm_after.0 - vm_before.0, vm_after.1 - vm_before.1),
@@ -517,6 +551,7 @@ fn measure_placement(ctx: &Context, agent: &Agent, probe_info: &str) -> Result<P
         nodes: nodes.len(),
         hint_unavailable,
         window,
+        cleanup,
     })
 }
 
