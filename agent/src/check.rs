@@ -4,8 +4,10 @@
 use std::fmt::Write as _;
 
 use crate::cgroup::CgroupLayout;
+use crate::numa::{NodeLayout, NumaMemoryReader};
 use crate::probes::cpu_time::{self, CpuTimeProbe};
 use crate::probes::features::KernelFeatures;
+use crate::probes::numa::{self as numa_probe, NumaProbe};
 use crate::probes::runqlat::{self, SchedProbe};
 use crate::probes::throttle;
 use crate::probes::{ProbeMode, btf::VMLINUX_BTF};
@@ -90,5 +92,74 @@ pub fn report() -> String {
         "  {:<15} {:<15} cpu.stat nr_periods, nr_throttled, throttled time of cgroups with a quota",
         "cpu_throttling", "cgroupfs"
     );
+    numa_lines(&mut out, layout.as_ref().ok(), v1_cpu);
     out
+}
+
+/// The NUMA probes, each with its mode, and the NUMA layout they were given.
+fn numa_lines(out: &mut String, layout: Option<&CgroupLayout>, v1_cpu: bool) {
+    let balancing = match numa_probe::numa_balancing() {
+        Some(true) => "kernel.numa_balancing on".to_owned(),
+        Some(false) => "kernel.numa_balancing off: no hinting faults are taken".to_owned(),
+        None => format!("{} missing", numa_probe::NUMA_BALANCING_SYSCTL),
+    };
+    match NumaProbe::attach(v1_cpu, false) {
+        Ok(probe) => {
+            let nodes = probe.layout();
+            let _ = writeln!(
+                out,
+                "  {:<15} {:<15} task_numa_fault; memory node vs the faulting CPU's node; {balancing}",
+                numa_probe::HINT_FAULT_PROBE,
+                probe.hint_fault_mode().to_string()
+            );
+            let ranges = match (nodes.range_source(), probe.page_alloc_format()) {
+                (Some(source), Some(format)) => format!(
+                    "; {} page-frame ranges from {source}; pfn at +{}, order at +{}",
+                    nodes.ranges().len(),
+                    format.pfn,
+                    format.order
+                ),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "  {:<15} {:<15} kmem:mm_page_alloc; page node vs the allocating CPU's node{ranges}",
+                numa_probe::PAGE_ALLOC_PROBE,
+                probe.page_alloc_mode().to_string()
+            );
+            let _ = writeln!(
+                out,
+                "  {:<15} {:<15} sched_migrate_task; source vs destination CPU's node; {} nodes",
+                numa_probe::MIGRATION_PROBE,
+                probe.migration_mode().to_string(),
+                nodes.nodes().len()
+            );
+            for (mode, why) in probe.migration_refused() {
+                let _ = writeln!(out, "  {:<15} (not {}: {why})", "", mode.label());
+            }
+        }
+        Err(e) => {
+            let mode = ProbeMode::Unavailable(e.to_string());
+            for probe in [
+                numa_probe::HINT_FAULT_PROBE,
+                numa_probe::PAGE_ALLOC_PROBE,
+                numa_probe::MIGRATION_PROBE,
+            ] {
+                let _ = writeln!(out, "  {probe:<15} {mode}");
+            }
+        }
+    }
+    let memory = match NodeLayout::read_system() {
+        Ok(nodes) => match layout.and_then(|l| NumaMemoryReader::for_layout(l, nodes)) {
+            Some(_) => "memory.numa_stat against the nodes of cpuset.cpus.effective".to_owned(),
+            None => "unavailable (no memory controller mounted)".to_owned(),
+        },
+        Err(e) => format!("unavailable ({e})"),
+    };
+    let _ = writeln!(out, "  {:<15} {:<15} {memory}", "numa_memory", "cgroupfs");
+    let _ = writeln!(
+        out,
+        "  {:<15} {:<15} remote-DRAM PMU events are not used (see docs/architecture.md)",
+        "numa_pmu", "none"
+    );
 }

@@ -11,11 +11,14 @@ use crate::cgroup::{CgroupLayout, LayoutError};
 use crate::cm::index::WorkloadIndex;
 use crate::metrics::cgroup_cpu::CgroupCpuCollector;
 use crate::metrics::cpu_throttling::CpuThrottlingCollector;
+use crate::metrics::numa::{NumaCollector, NumaMemoryCollector};
 use crate::metrics::runqlat::RunqCollector;
 use crate::metrics::server::{InspectText, MetricsServer, ServerError};
 use crate::metrics::{Metrics, MetricsError};
+use crate::numa::{NodeLayout, NumaMemoryReader};
 use crate::probes::ProbeMode;
 use crate::probes::cpu_time::{self, CpuTimeProbe, ModePreference};
+use crate::probes::numa::{self as numa_probe, NumaProbe};
 use crate::probes::runqlat::{self, SchedProbe};
 use crate::probes::throttle;
 use crate::standalone::{Standalone, StandaloneError, StandaloneOptions};
@@ -125,6 +128,41 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
             metrics.set_probe_mode(throttle::PROBE_NAME, &mode);
         }
     }
+    // NUMA hinting faults, page allocations, migrations: each probe degrades on its own.
+    match tokio::task::spawn_blocking(move || NumaProbe::attach(v1_cpu, prefer_raw)).await {
+        Ok(Ok(probe)) => {
+            metrics.set_probe_mode(numa_probe::HINT_FAULT_PROBE, probe.hint_fault_mode());
+            metrics.set_probe_mode(numa_probe::PAGE_ALLOC_PROBE, probe.page_alloc_mode());
+            metrics.set_probe_mode(numa_probe::MIGRATION_PROBE, probe.migration_mode());
+            let collector =
+                NumaCollector::new(Box::new(probe), hierarchy.clone(), workloads.clone()).map_err(
+                    |source| MetricsError::Register {
+                        name: "qosd_numa_page_allocations_total",
+                        source,
+                    },
+                )?;
+            metrics.register("qosd_numa_page_allocations_total", Box::new(collector))?;
+        }
+        Ok(Err(e)) => numa_unavailable(&metrics, &e.to_string()),
+        Err(e) => numa_unavailable(&metrics, &format!("probe loader panicked: {e}")),
+    }
+    // Resident memory per node: cgroupfs, read at scrape time.
+    match NodeLayout::read_system() {
+        Ok(nodes) => match NumaMemoryReader::for_layout(&layout, nodes) {
+            Some(reader) => {
+                let collector =
+                    NumaMemoryCollector::new(reader, workloads.clone()).map_err(|source| {
+                        MetricsError::Register {
+                            name: "qosd_numa_memory_bytes",
+                            source,
+                        }
+                    })?;
+                metrics.register("qosd_numa_memory_bytes", Box::new(collector))?;
+            }
+            None => tracing::warn!("no memory controller mounted: no qosd_numa_memory_bytes"),
+        },
+        Err(e) => tracing::warn!(error = %e, "NUMA layout unreadable: no qosd_numa_memory_bytes"),
+    }
     let throttling = CpuThrottlingCollector::new(hierarchy.clone(), v1_cpu, workloads.clone())
         .map_err(|source| MetricsError::Register {
             name: "qosd_cpu_periods_total",
@@ -181,4 +219,20 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     }
     tracing::info!("bye");
     Ok(())
+}
+
+/// Marks the three NUMA probes unavailable for one reason.
+fn numa_unavailable(metrics: &Metrics, reason: &str) {
+    tracing::error!(
+        error = reason,
+        "NUMA probes unavailable; running without them"
+    );
+    let mode = ProbeMode::Unavailable(reason.to_owned());
+    for probe in [
+        numa_probe::HINT_FAULT_PROBE,
+        numa_probe::PAGE_ALLOC_PROBE,
+        numa_probe::MIGRATION_PROBE,
+    ] {
+        metrics.set_probe_mode(probe, &mode);
+    }
 }

@@ -7,6 +7,8 @@
 //! - [`config`]: agent configuration and KubeletConfiguration.
 //! - [`probes`]: the embedded kernel object, BTF offsets, attach-mode selection, map readers.
 //! - [`metrics`]: the Prometheus registry, collectors and the HTTP endpoint.
+//! - [`numa`]: the kernel's NUMA layout (CPU and page frame -> node) and a cgroup's memory per
+//!   node with its locality.
 //! - [`pods`]: pod model, QoS, quantities, pod sources.
 //! - [`runtime`]: the standalone runtime (container processes in their cgroups).
 //! - [`topology`]: machine topology (packages, NUMA nodes, cores, threads, caches) and NUMA masks.
@@ -21,6 +23,7 @@ pub mod config;
 pub mod daemon;
 pub mod inspect;
 pub mod metrics;
+pub mod numa;
 pub mod pods;
 pub mod probes;
 pub mod runtime;

@@ -166,6 +166,104 @@ pub const MAX_PREEMPT_PAIRS: u32 = 16_384;
 /// Capacity of the map of throttled `cfs_rq`s (CPUs times throttled cgroups).
 pub const MAX_THROTTLED_CFS_RQS: u32 = 16_384;
 
+/// Most CPUs the NUMA programs know the node of (a power of two: indexes are masked with
+/// `MAX_CPUS - 1`, which the verifier can bound).
+pub const MAX_CPUS: u32 = 1024;
+/// Most physical page-frame ranges the page-allocation program can map to nodes (a power of
+/// two, as above). User space merges adjacent ranges of one node before passing them in.
+pub const MAX_PFN_RANGES: u32 = 64;
+/// Node of a CPU that is not present, in [`NumaConfig::cpu_node`].
+pub const NO_NODE: u32 = u32::MAX;
+
+/// Physical page frames `start..end` (end exclusive) belong to NUMA node `node`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PfnRange {
+    pub start: u64,
+    pub end: u64,
+    pub node: u32,
+    /// Padding, always 0.
+    pub pad: u32,
+}
+
+/// What the NUMA programs need to know about the machine and the kernel, written by user
+/// space before load: where a task's CPU number lives, where `pfn` and `order` sit in the
+/// `kmem:mm_page_alloc` record (from tracefs), the node of every CPU and the node of every
+/// physical page-frame range (from sysfs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NumaConfig {
+    /// Byte offset of the task's CPU (`u32`) in `task_struct`: `thread_info.cpu` (5.16+, with
+    /// `CONFIG_THREAD_INFO_IN_TASK`) or `cpu` (older kernels).
+    pub task_cpu: u32,
+    /// Byte offset of `pfn` (`unsigned long`) in the `mm_page_alloc` record.
+    pub alloc_pfn: u32,
+    /// Byte offset of `order` (`unsigned int`) in the `mm_page_alloc` record.
+    pub alloc_order: u32,
+    /// Valid entries of [`Self::ranges`], sorted by `start`, not overlapping.
+    pub nr_ranges: u32,
+    /// 1 when filled in; 0 means "not configured" and the programs count nothing.
+    pub configured: u32,
+    /// Padding, always 0.
+    pub pad: u32,
+    /// CPU number -> node, [`NO_NODE`] for CPUs that do not exist.
+    pub cpu_node: [u32; MAX_CPUS as usize],
+    /// Page-frame ranges -> node.
+    pub ranges: [PfnRange; MAX_PFN_RANGES as usize],
+}
+
+impl NumaConfig {
+    /// Nothing configured: the initial value of the kernel object's global.
+    pub const EMPTY: Self = Self {
+        task_cpu: 0,
+        alloc_pfn: 0,
+        alloc_order: 0,
+        nr_ranges: 0,
+        configured: 0,
+        pad: 0,
+        cpu_node: [NO_NODE; MAX_CPUS as usize],
+        ranges: [PfnRange {
+            start: 0,
+            end: 0,
+            node: 0,
+            pad: 0,
+        }; MAX_PFN_RANGES as usize],
+    };
+}
+
+// The kernel and user space must agree on the layout byte for byte: no implicit padding.
+const _: () =
+    assert!(size_of::<NumaConfig>() == 24 + 4 * MAX_CPUS as usize + 24 * MAX_PFN_RANGES as usize);
+const _: () = assert!(MAX_CPUS.is_power_of_two() && MAX_PFN_RANGES.is_power_of_two());
+
+/// Per-cgroup counters of one NUMA probe: events on the local node and on another node
+/// (for task migrations: within a node and across nodes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalityCounts {
+    pub local: u64,
+    pub remote: u64,
+}
+
+/// Per-CPU health counters of the NUMA probes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NumaStats {
+    /// task_numa_fault calls handled.
+    pub hint_faults: u64,
+    /// Hinting faults not recorded (map full, cgroup or node unreadable).
+    pub hint_dropped: u64,
+    /// mm_page_alloc events handled.
+    pub page_allocs: u64,
+    /// Allocations not recorded (map full, cgroup unreadable, page frame in no known range).
+    pub alloc_dropped: u64,
+    /// sched_migrate_task events handled (including the kernel's no-op "migrations" to the
+    /// same CPU, which are not counted as migrations).
+    pub migrations: u64,
+    /// Migrations not recorded (map full, cgroup or CPU unreadable).
+    pub migration_dropped: u64,
+}
+
 /// Names of the maps and globals in the kernel object, shared so both sides agree.
 pub mod names {
     /// Global holding [`super::KernelOffsets`].
@@ -205,6 +303,21 @@ pub mod names {
     /// fexit on throttle_cfs_rq, fentry on unthrottle_cfs_rq.
     pub const THROTTLE_FEXIT: &str = "throttle_cfs_rq_fexit";
     pub const UNTHROTTLE_FENTRY: &str = "unthrottle_cfs_rq_fentry";
+    /// Global holding [`super::NumaConfig`].
+    pub const NUMA_CONFIG_GLOBAL: &str = "QOSD_NUMA";
+    /// Per-CPU hashes: cgroup id (u64) -> [`super::LocalityCounts`].
+    pub const NUMA_HINT_FAULTS_MAP: &str = "NUMA_HINT_FAULTS";
+    pub const NUMA_PAGE_ALLOCS_MAP: &str = "NUMA_PAGE_ALLOCS";
+    pub const NUMA_MIGRATIONS_MAP: &str = "NUMA_MIGRATIONS";
+    /// Per-CPU array with one [`super::NumaStats`].
+    pub const NUMA_STATS_MAP: &str = "NUMA_STATS";
+    /// fentry on task_numa_fault.
+    pub const NUMA_HINT_FENTRY: &str = "numa_hint_fault_fentry";
+    /// Classic tracepoint kmem:mm_page_alloc.
+    pub const NUMA_PAGE_ALLOC_TP: &str = "numa_page_alloc_tp";
+    /// sched_migrate_task, tp_btf and raw tracepoint flavours.
+    pub const NUMA_MIGRATE_TP_BTF: &str = "numa_migrate_tp_btf";
+    pub const NUMA_MIGRATE_RAW_TP: &str = "numa_migrate_raw_tp";
 }
 
 #[cfg(feature = "user")]
@@ -228,4 +341,13 @@ mod pod {
     unsafe impl aya::Pod for super::PreemptValue {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::RunqStats {}
+    // SAFETY: as above (PfnRange's explicit `pad` leaves no implicit padding).
+    unsafe impl aya::Pod for super::PfnRange {}
+    // SAFETY: as above: six u32 (24 bytes, so the u64-aligned ranges start without a gap),
+    // a u32 array and an array of PfnRange.
+    unsafe impl aya::Pod for super::NumaConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::LocalityCounts {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::NumaStats {}
 }

@@ -9,9 +9,11 @@
 //! ([`KernelOffsets`]), so this one object serves every supported kernel.
 //!
 //! [`runq`]: run-queue latency, preemption pairs and CFS throttle episodes.
+//! [`numa`]: NUMA hinting faults, page allocations and task migrations, local or remote.
 #![no_std]
 #![no_main]
 
+mod numa;
 mod runq;
 
 use aya_ebpf::{

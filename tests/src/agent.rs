@@ -171,6 +171,38 @@ pub fn sample_value(text: &str, name: &str, labels: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Every sample of metric `name` with its labels, in exposition order.
+pub fn samples(text: &str, name: &str) -> Vec<(Vec<(String, String)>, f64)> {
+    let prefix = format!("{name}{{");
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(&prefix)?;
+            let (labels, value) = rest.rsplit_once("} ")?;
+            let value = value.trim().parse().ok()?;
+            let mut parsed = Vec::new();
+            for pair in labels.split("\",") {
+                let (key, value) = pair.split_once("=\"")?;
+                parsed.push((key.to_owned(), value.trim_end_matches('"').to_owned()));
+            }
+            Some((parsed, value))
+        })
+        .collect()
+}
+
+/// The sum of the samples of `name` whose labels include every `(key, value)` of `with`.
+pub fn sum_where(text: &str, name: &str, with: &[(&str, &str)]) -> f64 {
+    samples(text, name)
+        .into_iter()
+        .filter(|(labels, _)| {
+            with.iter()
+                .all(|(k, v)| labels.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|(_, value)| value)
+        // f64's sum of nothing is -0.0; report it as 0.
+        .sum::<f64>()
+        + 0.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +213,14 @@ mod tests {
         assert_eq!(sample_value(text, "a", "cgroup=\"/x\""), Some(1.5));
         assert_eq!(sample_value(text, "a", "cgroup=\"/x/y\""), Some(2.0));
         assert_eq!(sample_value(text, "a", "cgroup=\"/z\""), None);
+        assert_eq!(
+            sum_where(
+                "m{cgroup=\"/x\",locality=\"local\"} 1\nm{cgroup=\"/x\",locality=\"remote\"} 2\nm{cgroup=\"/y\",locality=\"remote\"} 4\n",
+                "m",
+                &[("locality", "remote")]
+            ),
+            6.0
+        );
         assert_eq!(
             sample_value("b 3\n", "b", ""),
             Some(3.0),

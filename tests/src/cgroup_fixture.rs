@@ -69,6 +69,46 @@ impl TestCgroups {
         Ok(this)
     }
 
+    /// The same, also in the memory hierarchy (v1) or with the memory and cpuset controllers
+    /// enabled for the subtree's children (v2), for cases that read `memory.numa_stat` and
+    /// set `cpuset.cpus` / `cpuset.mems`.
+    pub fn create_with_memory(prefix: &str) -> Result<Self, String> {
+        let layout = CgroupLayout::detect().map_err(|e| e.to_string())?;
+        let mut this = Self::create(prefix)?;
+        if let Some(memory) = layout.v1.get("memory") {
+            if !this.roots.contains(memory) {
+                let dir = memory.join(&this.name);
+                std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+                this.created.push(dir);
+                this.roots.push(memory.clone());
+            }
+        } else {
+            let unified = layout
+                .unified
+                .as_ref()
+                .ok_or("no memory hierarchy mounted")?;
+            let control = unified.join(&this.name).join("cgroup.subtree_control");
+            for controller in ["+memory", "+cpuset"] {
+                std::fs::write(&control, controller)
+                    .map_err(|e| format!("writing {controller} to {}: {e}", control.display()))?;
+            }
+        }
+        Ok(this)
+    }
+
+    /// The directory of `/<name>/<child>` in the hierarchy mounted at `root`.
+    pub fn dir_in(&self, root: &Path, child: &str) -> PathBuf {
+        root.join(&self.name).join(child)
+    }
+
+    /// Kills every started workload (for workloads that outlive their measurement).
+    pub fn kill_all(&mut self) {
+        for mut child in self.children.drain(..) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Creates the child cgroup `/<name>/<child>` in every hierarchy.
     pub fn mkdir(&mut self, child: &str) -> Result<(), String> {
         for root in self.roots.clone() {

@@ -16,6 +16,7 @@ mod cases;
 mod cgroup_fixture;
 mod harness;
 mod pod_tree;
+mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

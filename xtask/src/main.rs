@@ -110,7 +110,7 @@ fn boot_one(series: &str, files: &[PathBuf], timeout: u64, command: &str) -> Res
         &payload,
         command,
         Duration::from_secs(timeout),
-        &cache.join("vm-work"),
+        &vm::work_dir(),
     )?;
     print!("{}", run.output);
     println!(

@@ -23,6 +23,10 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "packs the guests' initramfs"),
     ("binutils", "strips binaries for the initramfs"),
     ("curl", "the README's metrics example"),
+    (
+        "numactl",
+        "places the cross-NUMA test workloads (host and guests)",
+    ),
 ];
 
 /// Debian packages `cargo xtask bench` needs for the eBPF overhead figures.

@@ -18,7 +18,7 @@ use crate::setup::{self, Toolchain};
 use crate::vm::{self, GuestExit};
 
 /// Per-guest time limit: boot plus every case under TCG emulation.
-const GUEST_TIMEOUT: Duration = Duration::from_secs(420);
+const GUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Which tiers to run.
 #[derive(Clone, Copy, Debug, clap::Args)]
@@ -303,7 +303,7 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
             )];
         }
     };
-    let work = toolchain.cache.join("vm-work");
+    let work = vm::work_dir();
     let payload = match stripped_payload(bins, &work) {
         Ok(p) => p,
         Err(e) => {
@@ -362,7 +362,14 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
     results
 }
 
-/// Debug binaries carry hundreds of MB of debug info; the guests get stripped copies.
+/// Host programs the guest cases run, copied with their shared libraries (installed by setup).
+const GUEST_TOOLS: [(&str, &str); 1] = [(
+    "/usr/bin/numactl",
+    "numactl: NUMA placement of the cross-NUMA workloads",
+)];
+
+/// Debug binaries carry hundreds of MB of debug info; the guests get stripped copies, plus the
+/// [`GUEST_TOOLS`].
 fn stripped_payload(bins: &TestBinaries, work: &Path) -> Result<Vec<(PathBuf, String)>> {
     let dir = work.join("payload");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -378,6 +385,12 @@ fn stripped_payload(bins: &TestBinaries, work: &Path) -> Result<Vec<(PathBuf, St
         )
         .with_context(|| format!("stripping {}", src.display()))?;
         payload.push((dst, format!("/bin/{name}")));
+    }
+    for (tool, why) in GUEST_TOOLS {
+        if !Path::new(tool).is_file() {
+            bail!("{tool} is missing ({why}); `cargo xtask setup` installs it");
+        }
+        payload.push((PathBuf::from(tool), tool.to_owned()));
     }
     Ok(payload)
 }

@@ -62,6 +62,11 @@ impl CgroupPaths {
         self.by_id.get(&cgroup_id).map(String::as_str)
     }
 
+    /// Every (cgroup id, path) found, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.by_id.iter().map(|(id, path)| (*id, path.as_str()))
+    }
+
     /// Number of cgroups found.
     #[must_use]
     pub fn len(&self) -> usize {

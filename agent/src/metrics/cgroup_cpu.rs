@@ -10,8 +10,10 @@ use std::sync::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
 
-use super::families::{cgroup_labels, family};
-use crate::cgroup::CgroupPaths;
+use super::families::{
+    DROPPED, DROPPED_HELP, EVENTS, EVENTS_HELP, MAP_CAPACITY, MAP_CAPACITY_HELP, MAP_ENTRIES,
+    MAP_ENTRIES_HELP, ProbeHealth, cgroup_labels, family, sample_and_paths,
+};
 use crate::cm::index::WorkloadIndex;
 use crate::probes::cpu_time::{CpuTimeProbe, CpuTimeSample, PROBE_NAME};
 use qosd_common::{MAX_CGROUPS, names};
@@ -53,15 +55,6 @@ pub struct CgroupCpuCollector {
 const CPU_SECONDS: &str = "qosd_cgroup_cpu_seconds_total";
 const CPU_SECONDS_HELP: &str =
     "CPU time consumed by the tasks of each cgroup, counted on sched_switch by qosd's eBPF probe";
-const EVENTS: &str = "qosd_probe_events_total";
-const EVENTS_HELP: &str = "Kernel events handled by each probe";
-const DROPPED: &str = "qosd_probe_dropped_events_total";
-const DROPPED_HELP: &str =
-    "Events a probe could not record (map full or busy, or unreadable kernel memory)";
-const MAP_ENTRIES: &str = "qosd_bpf_map_entries";
-const MAP_ENTRIES_HELP: &str = "Entries in each bounded kernel map";
-const MAP_CAPACITY: &str = "qosd_bpf_map_capacity";
-const MAP_CAPACITY_HELP: &str = "Maximum entries of each bounded kernel map";
 
 impl CgroupCpuCollector {
     /// A collector reading `source`, resolving ids in the hierarchy mounted at `root`, and
@@ -125,19 +118,10 @@ impl Collector for CgroupCpuCollector {
             tracing::error!("cpu-time collector state poisoned by an earlier panic");
             return Vec::new();
         };
-        let sample = match state.source.sample() {
-            Ok(sample) => sample,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the cpu-time probe");
-                return Vec::new();
-            }
-        };
-        let paths = match CgroupPaths::scan(&state.hierarchy_root) {
-            Ok(paths) => paths,
-            Err(e) => {
-                tracing::warn!(error = %e, "resolving cgroup ids");
-                return Vec::new();
-            }
+        let sampled = state.source.sample();
+        let Some((sample, paths)) = sample_and_paths(PROBE_NAME, sampled, &state.hierarchy_root)
+        else {
+            return Vec::new();
         };
         let mut series = Vec::new();
         let mut gone = Vec::new();
@@ -164,50 +148,25 @@ impl Collector for CgroupCpuCollector {
         }
         series.sort_by(|a, b| a.0.cmp(&b.0));
 
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "event counts below 2^53 are exact"
-        )]
-        let f = |v: u64| v as f64;
-        vec![
-            family(CPU_SECONDS, CPU_SECONDS_HELP, MetricType::COUNTER, series),
-            family(
-                EVENTS,
-                EVENTS_HELP,
-                MetricType::COUNTER,
-                [(
-                    vec![("probe", PROBE_NAME.to_owned())],
-                    f(sample.stats.events),
-                )],
-            ),
-            family(
-                DROPPED,
-                DROPPED_HELP,
-                MetricType::COUNTER,
-                [(
-                    vec![("probe", PROBE_NAME.to_owned())],
-                    f(sample.stats.dropped + sample.stats.read_errors),
-                )],
-            ),
-            family(
-                MAP_ENTRIES,
-                MAP_ENTRIES_HELP,
-                MetricType::GAUGE,
-                [(
-                    vec![("map", names::CPU_TIME_MAP.to_owned())],
-                    f(sample.map_entries as u64),
-                )],
-            ),
-            family(
-                MAP_CAPACITY,
-                MAP_CAPACITY_HELP,
-                MetricType::GAUGE,
-                [(
-                    vec![("map", names::CPU_TIME_MAP.to_owned())],
-                    f(u64::from(MAX_CGROUPS)),
-                )],
-            ),
-        ]
+        let health = ProbeHealth {
+            events: vec![(PROBE_NAME, sample.stats.events)],
+            dropped: vec![(
+                PROBE_NAME,
+                sample
+                    .stats
+                    .dropped
+                    .saturating_add(sample.stats.read_errors),
+            )],
+            maps: vec![(names::CPU_TIME_MAP, sample.map_entries, MAX_CGROUPS)],
+        };
+        let mut families = vec![family(
+            CPU_SECONDS,
+            CPU_SECONDS_HELP,
+            MetricType::COUNTER,
+            series,
+        )];
+        families.extend(health.families());
+        families
     }
 }
 

@@ -1,8 +1,34 @@
 //! Building Prometheus metric families by hand for the scrape-time collectors: label sets of
-//! cgroups (path plus the owning workload), counters and gauges, float conversion.
+//! cgroups (path plus the owning workload), counters and gauges, float conversion, and the
+//! probes' health series that every probe's collector adds to (the registry merges families of
+//! one name).
 use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 
+use crate::cgroup::CgroupPaths;
 use crate::cm::index::WorkloadIndex;
+
+/// The common start of a probe collector's scrape: the probe's sample and the cgroup paths to
+/// resolve its ids, or `None` (logged) when either cannot be had.
+pub(crate) fn sample_and_paths<S>(
+    probe: &str,
+    sample: Result<S, String>,
+    hierarchy_root: &std::path::Path,
+) -> Option<(S, CgroupPaths)> {
+    let sample = match sample {
+        Ok(sample) => sample,
+        Err(e) => {
+            tracing::warn!(probe, error = %e, "reading the probe's maps");
+            return None;
+        }
+    };
+    match CgroupPaths::scan(hierarchy_root) {
+        Ok(paths) => Some((sample, paths)),
+        Err(e) => {
+            tracing::warn!(error = %e, "resolving cgroup ids");
+            None
+        }
+    }
+}
 
 /// Labels of a cgroup: its path, and its workload when a pod owns it.
 pub(crate) fn cgroup_labels(
@@ -72,4 +98,75 @@ pub(crate) fn family(
         .collect();
     fam.set_metric(metrics);
     fam
+}
+
+pub(crate) const EVENTS: &str = "qosd_probe_events_total";
+pub(crate) const EVENTS_HELP: &str = "Kernel events handled by each probe";
+pub(crate) const DROPPED: &str = "qosd_probe_dropped_events_total";
+pub(crate) const DROPPED_HELP: &str =
+    "Events a probe could not record (map full or busy, or unreadable kernel memory)";
+pub(crate) const MAP_ENTRIES: &str = "qosd_bpf_map_entries";
+pub(crate) const MAP_ENTRIES_HELP: &str = "Entries in each bounded kernel map";
+pub(crate) const MAP_CAPACITY: &str = "qosd_bpf_map_capacity";
+pub(crate) const MAP_CAPACITY_HELP: &str = "Maximum entries of each bounded kernel map";
+
+/// Health series of one collector's probes.
+#[derive(Debug, Default)]
+pub(crate) struct ProbeHealth {
+    /// (probe, events handled).
+    pub events: Vec<(&'static str, u64)>,
+    /// (probe, events not recorded).
+    pub dropped: Vec<(&'static str, u64)>,
+    /// (map, entries, capacity).
+    pub maps: Vec<(&'static str, usize, u32)>,
+}
+
+impl ProbeHealth {
+    /// `qosd_probe_events_total`, `qosd_probe_dropped_events_total`, `qosd_bpf_map_entries`,
+    /// `qosd_bpf_map_capacity`.
+    pub(crate) fn families(&self) -> Vec<MetricFamily> {
+        let per_probe = |values: &[(&'static str, u64)]| {
+            values
+                .iter()
+                .map(|(probe, v)| (vec![("probe", (*probe).to_owned())], as_f64(*v)))
+                .collect::<Vec<_>>()
+        };
+        let per_map = |value: &dyn Fn(usize, u32) -> u64| {
+            self.maps
+                .iter()
+                .map(|(map, entries, capacity)| {
+                    (
+                        vec![("map", (*map).to_owned())],
+                        as_f64(value(*entries, *capacity)),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        vec![
+            family(
+                EVENTS,
+                EVENTS_HELP,
+                MetricType::COUNTER,
+                per_probe(&self.events),
+            ),
+            family(
+                DROPPED,
+                DROPPED_HELP,
+                MetricType::COUNTER,
+                per_probe(&self.dropped),
+            ),
+            family(
+                MAP_ENTRIES,
+                MAP_ENTRIES_HELP,
+                MetricType::GAUGE,
+                per_map(&|entries, _| entries as u64),
+            ),
+            family(
+                MAP_CAPACITY,
+                MAP_CAPACITY_HELP,
+                MetricType::GAUGE,
+                per_map(&|_, capacity| u64::from(capacity)),
+            ),
+        ]
+    }
 }

@@ -4,10 +4,13 @@
 //!   the kernel maps at scrape time so every scrape sees the kernel's current counters.
 //! - [`runqlat`]: run-queue latency, preemption pairs and throttle episodes (eBPF maps).
 //! - [`cpu_throttling`]: CFS throttling counters from each cgroup's `cpu.stat`.
+//! - [`numa`]: resident memory per NUMA node (`memory.numa_stat`), hinting faults, page
+//!   allocations and task migrations, local or remote.
 //! - [`server`]: `/metrics` and `/healthz` over HTTP/1.1 (hyper).
 pub mod cgroup_cpu;
 pub mod cpu_throttling;
 mod families;
+pub mod numa;
 pub mod runqlat;
 pub mod server;
 

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 
-use super::families::{as_f64, cgroup_labels, family, label_pairs};
+use super::families::{ProbeHealth, as_f64, cgroup_labels, family, label_pairs, sample_and_paths};
 use crate::cgroup::CgroupPaths;
 use crate::cm::index::WorkloadIndex;
 use crate::probes::runqlat::{self, Log2Histogram, RunqSample, SchedProbe};
@@ -152,19 +152,11 @@ impl Collector for RunqCollector {
             tracing::error!("run-queue collector state poisoned by an earlier panic");
             return Vec::new();
         };
-        let sample = match state.source.sample() {
-            Ok(sample) => sample,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the run-queue probe");
-                return Vec::new();
-            }
-        };
-        let paths = match CgroupPaths::scan(&state.hierarchy_root) {
-            Ok(paths) => paths,
-            Err(e) => {
-                tracing::warn!(error = %e, "resolving cgroup ids");
-                return Vec::new();
-            }
+        let sampled = state.source.sample();
+        let Some((sample, paths)) =
+            sample_and_paths(runqlat::PROBE_NAME, sampled, &state.hierarchy_root)
+        else {
+            return Vec::new();
         };
         let mut gone = Vec::new();
         let waits = labelled(&sample.waits, &paths, &state.workloads, &mut gone);
@@ -263,23 +255,18 @@ impl Collector for RunqCollector {
         }
 
         let s = &sample.stats;
-        let mut events = vec![(
-            vec![("probe", runqlat::PROBE_NAME.to_owned())],
-            as_f64(s.switches.saturating_add(s.wakeups)),
-        )];
-        let mut dropped = vec![(
-            vec![("probe", runqlat::PROBE_NAME.to_owned())],
-            as_f64(s.dropped.saturating_add(s.read_errors)),
-        )];
+        let mut health = ProbeHealth {
+            events: vec![(runqlat::PROBE_NAME, s.switches.saturating_add(s.wakeups))],
+            dropped: vec![(runqlat::PROBE_NAME, s.dropped.saturating_add(s.read_errors))],
+            maps: Vec::new(),
+        };
         if state.source.episodes_live() {
-            events.push((
-                vec![("probe", throttle::PROBE_NAME.to_owned())],
-                as_f64(s.throttle_episodes),
-            ));
-            dropped.push((
-                vec![("probe", throttle::PROBE_NAME.to_owned())],
-                as_f64(s.throttle_dropped),
-            ));
+            health
+                .events
+                .push((throttle::PROBE_NAME, s.throttle_episodes));
+            health
+                .dropped
+                .push((throttle::PROBE_NAME, s.throttle_dropped));
         }
         let capacity = |map: &str| match map {
             m if m == names::WAIT_START_MAP => MAX_WAITING_TASKS,
@@ -287,47 +274,12 @@ impl Collector for RunqCollector {
             m if m == names::THROTTLED_MAP => MAX_THROTTLED_CFS_RQS,
             _ => MAX_HIST_ENTRIES,
         };
-        let entries = sample
+        health.maps = sample
             .map_entries
             .iter()
-            .map(|(m, n)| (vec![("map", (*m).to_owned())], as_f64(*n as u64)))
-            .collect::<Vec<_>>();
-        let capacities = sample
-            .map_entries
-            .iter()
-            .map(|(m, _)| {
-                (
-                    vec![("map", (*m).to_owned())],
-                    as_f64(u64::from(capacity(m))),
-                )
-            })
-            .collect::<Vec<_>>();
-        families.extend([
-            family(
-                "qosd_probe_events_total",
-                "Kernel events handled by each probe",
-                MetricType::COUNTER,
-                events,
-            ),
-            family(
-                "qosd_probe_dropped_events_total",
-                "Events a probe could not record (map full or busy, or unreadable kernel memory)",
-                MetricType::COUNTER,
-                dropped,
-            ),
-            family(
-                "qosd_bpf_map_entries",
-                "Entries in each bounded kernel map",
-                MetricType::GAUGE,
-                entries,
-            ),
-            family(
-                "qosd_bpf_map_capacity",
-                "Maximum entries of each bounded kernel map",
-                MetricType::GAUGE,
-                capacities,
-            ),
-        ]);
+            .map(|(m, n)| (*m, *n, capacity(m)))
+            .collect();
+        families.extend(health.families());
         families
     }
 }

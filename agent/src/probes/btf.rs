@@ -117,6 +117,19 @@ impl KernelBtf {
         Err(BtfError::NoEnumerator(format!("{name}::{enumerator}")))
     }
 
+    /// Byte offset of the number of the CPU a task is on (`u32`): `task_struct.thread_info.cpu`
+    /// where the CPU moved into `thread_info` (5.16+, `CONFIG_THREAD_INFO_IN_TASK`), else
+    /// `task_struct.cpu`.
+    pub fn task_cpu_offset(&self) -> Result<u32, BtfError> {
+        match (
+            self.member_offset("task_struct", "thread_info"),
+            self.member_offset("thread_info", "cpu"),
+        ) {
+            (Ok(thread_info), Ok(cpu)) => Ok(thread_info + cpu),
+            _ => self.member_offset("task_struct", "cpu"),
+        }
+    }
+
     /// Offsets for the task -> cgroup id walk. `v1_cpu` selects the v1 cpu controller's css
     /// instead of the default (v2) hierarchy.
     pub fn kernel_offsets(&self, v1_cpu: bool) -> Result<KernelOffsets, BtfError> {
@@ -168,6 +181,26 @@ mod tests {
         assert_eq!(off.css_set_cpu_css % 8, 0);
         assert!(off.css_set_cpu_css > 0);
         assert_eq!(off.cgroup_mode, cgroup_mode::V1_CPU);
+    }
+
+    #[test]
+    fn task_cpu_is_found_in_thread_info_or_the_task() {
+        let btf = running_kernel();
+        let offset = btf.task_cpu_offset().expect("task cpu");
+        // Either way the field is a 4-byte aligned u32 inside task_struct, and on kernels
+        // where it lives in thread_info (the first member) it sits within its first bytes.
+        assert_eq!(offset % 4, 0);
+        if let Ok(cpu) = btf.member_offset("thread_info", "cpu") {
+            let thread_info = btf
+                .member_offset("task_struct", "thread_info")
+                .expect("thread_info");
+            assert_eq!(offset, thread_info + cpu);
+        } else {
+            assert_eq!(
+                offset,
+                btf.member_offset("task_struct", "cpu").expect("cpu")
+            );
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use qosd_common::{KernelOffsets, ProbeStats, RunningTask, names};
 
 use super::btf::{BtfError, KernelBtf};
-use super::{EBPF_OBJECT, ProbeMode, error_chain};
+use super::{EBPF_OBJECT, ProbeMode, error_chain, program_as};
 
 /// The probe's name in `qosd check` and in `qosd_probe_info{probe}`.
 pub const PROBE_NAME: &str = "cpu_time";
@@ -224,11 +224,7 @@ impl CpuTimeProbe {
 
 fn attach_tp_btf(ebpf: &mut Ebpf) -> Result<(), String> {
     let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", error_chain(&e)))?;
-    let program: &mut BtfTracePoint = ebpf
-        .program_mut(names::SWITCH_TP_BTF)
-        .ok_or("program missing from the object")?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+    let program: &mut BtfTracePoint = program_as(ebpf, names::SWITCH_TP_BTF)?;
     program
         .load(TRACEPOINT, &btf)
         .map_err(|e| error_chain(&e))?;
@@ -237,11 +233,7 @@ fn attach_tp_btf(ebpf: &mut Ebpf) -> Result<(), String> {
 }
 
 fn attach_raw_tp(ebpf: &mut Ebpf) -> Result<(), String> {
-    let program: &mut RawTracePoint = ebpf
-        .program_mut(names::SWITCH_RAW_TP)
-        .ok_or("program missing from the object")?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+    let program: &mut RawTracePoint = program_as(ebpf, names::SWITCH_RAW_TP)?;
     program.load().map_err(|e| error_chain(&e))?;
     program.attach(TRACEPOINT).map_err(|e| error_chain(&e))?;
     Ok(())

@@ -6,9 +6,11 @@
 //! - [`cpu_time`]: on-CPU time per cgroup from sched_switch.
 //! - [`runqlat`]: run-queue latency and preemption pairs per cgroup.
 //! - [`throttle`]: CFS throttle episodes (fentry) and `cpu.stat` counters.
+//! - [`numa`]: NUMA hinting faults, page allocations and task migrations, local or remote.
 pub mod btf;
 pub mod cpu_time;
 pub mod features;
+pub mod numa;
 pub mod runqlat;
 pub mod throttle;
 
@@ -53,6 +55,20 @@ impl fmt::Display for ProbeMode {
             other => f.write_str(other.label()),
         }
     }
+}
+
+/// Program `name` of a loaded object as its concrete type, or why not (as text, the form in
+/// which refused attach modes are reported).
+pub(crate) fn program_as<'a, P>(ebpf: &'a mut aya::Ebpf, name: &str) -> Result<&'a mut P, String>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let program = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object"))?;
+    program
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| error_chain(&e))
 }
 
 /// Renders an error with its whole source chain on one line (aya's top-level messages, such as

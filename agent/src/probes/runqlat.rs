@@ -26,7 +26,7 @@ use qosd_common::{
 
 use super::btf::{BtfError, KernelBtf};
 use super::throttle;
-use super::{EBPF_OBJECT, ProbeMode, error_chain};
+use super::{EBPF_OBJECT, ProbeMode, error_chain, program_as};
 
 /// The probe's name in `qosd check` and in `qosd_probe_info{probe}`.
 pub const PROBE_NAME: &str = "runqlat";
@@ -423,11 +423,7 @@ fn load_and_attach(
     if *mode == ProbeMode::TpBtf {
         let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", error_chain(&e)))?;
         for (name, _, tracepoint) in programs {
-            let program: &mut BtfTracePoint = ebpf
-                .program_mut(name)
-                .ok_or("program missing from the object")?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+            let program: &mut BtfTracePoint = program_as(&mut ebpf, name)?;
             program
                 .load(tracepoint, &btf)
                 .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
@@ -437,11 +433,7 @@ fn load_and_attach(
         }
     } else {
         for (_, name, tracepoint) in programs {
-            let program: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or("program missing from the object")?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+            let program: &mut RawTracePoint = program_as(&mut ebpf, name)?;
             program
                 .load()
                 .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;

@@ -10,7 +10,7 @@ use aya::programs::{FEntry, FExit};
 use aya::{Btf, Ebpf};
 use qosd_common::names;
 
-use super::{ProbeMode, error_chain};
+use super::{ProbeMode, error_chain, program_as};
 use crate::cgroup::stats::{self, CpuStats, StatsError};
 
 /// The episode probe's name in `qosd check` and in `qosd_probe_info{probe}`.
@@ -49,11 +49,7 @@ pub fn attach_episodes(ebpf: &mut Ebpf) -> ProbeMode {
 fn try_attach(ebpf: &mut Ebpf) -> Result<(), String> {
     let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", error_chain(&e)))?;
     {
-        let program: &mut FExit = ebpf
-            .program_mut(names::THROTTLE_FEXIT)
-            .ok_or("fexit program missing from the object")?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+        let program: &mut FExit = program_as(ebpf, names::THROTTLE_FEXIT)?;
         program
             .load("throttle_cfs_rq", &btf)
             .map_err(|e| format!("fexit throttle_cfs_rq: {}", error_chain(&e)))?;
@@ -61,11 +57,7 @@ fn try_attach(ebpf: &mut Ebpf) -> Result<(), String> {
             .attach()
             .map_err(|e| format!("fexit throttle_cfs_rq: {}", error_chain(&e)))?;
     }
-    let program: &mut FEntry = ebpf
-        .program_mut(names::UNTHROTTLE_FENTRY)
-        .ok_or("fentry program missing from the object")?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+    let program: &mut FEntry = program_as(ebpf, names::UNTHROTTLE_FENTRY)?;
     program
         .load("unthrottle_cfs_rq", &btf)
         .map_err(|e| format!("fentry unthrottle_cfs_rq: {}", error_chain(&e)))?;

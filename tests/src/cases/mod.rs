@@ -2,6 +2,7 @@
 pub mod cgroups;
 pub mod cpu_time;
 pub mod lifecycle;
+pub mod numa;
 pub mod pods;
 pub mod runqlat;
 pub mod throttle;
@@ -83,6 +84,34 @@ pub fn all() -> Vec<Case> {
         Case {
             name: "cpu_throttle_episodes_match_cpu_stat",
             run: throttle::episodes_match_cpu_stat,
+        },
+        Case {
+            name: "numa_probe_modes_as_expected",
+            run: numa::probe_modes,
+        },
+        Case {
+            name: "numa_memory_bytes_local_remote_match_numa_stat",
+            run: numa::memory_bytes,
+        },
+        Case {
+            name: "numa_hint_faults_local_remote_match_vmstat",
+            run: numa::hint_faults,
+        },
+        Case {
+            name: "numa_page_allocations_local_remote_cover_resident_pages",
+            run: numa::page_allocations,
+        },
+        Case {
+            name: "numa_counters_of_removed_cgroups_are_dropped",
+            run: numa::removed_cgroups_forgotten,
+        },
+        Case {
+            name: "numa_task_migrations_match_nr_migrations",
+            run: numa::migrations,
+        },
+        Case {
+            name: "numa_task_migrations_match_nr_migrations_raw_tracepoint",
+            run: numa::migrations_raw_tracepoint,
         },
     ]
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::agent::{Agent, sample_value};
 use crate::cgroup_fixture::TestCgroups;
 use crate::harness::{Context, Outcome, fail};
+use crate::workload::{last_allowed_cpu, pin, wait_exec};
 
 /// Allowed relative difference between qosd's wait sum and schedstat's.
 const TOLERANCE: f64 = 0.20;
@@ -273,61 +274,4 @@ fn schedstat_wait(pids: &[u32]) -> Option<u64> {
         total += text.split_whitespace().nth(1)?.parse::<u64>().ok()?;
     }
     Some(total)
-}
-
-/// The highest-numbered CPU this process may use (away from CPU 0's housekeeping).
-fn last_allowed_cpu() -> Result<usize, String> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &raw mut set) };
-    if rc != 0 {
-        return Err(format!(
-            "sched_getaffinity: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        .rev()
-        // SAFETY: `cpu` is below CPU_SETSIZE and `set` is initialised.
-        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .ok_or_else(|| "empty CPU affinity".to_owned())
-}
-
-/// Waits until the spawning shell `pid` has executed the workload (its `comm` is no longer
-/// `sh`): under emulation an exec can take a while, and a workload not yet spinning would
-/// leave the measuring window without contention.
-fn wait_exec(pid: u32) -> Result<(), String> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map_err(|e| format!("/proc/{pid}/comm: {e}"))?;
-        if comm.trim() != "sh" {
-            return Ok(());
-        }
-        if std::time::Instant::now() > deadline {
-            return Err(format!(
-                "process {pid} did not exec its workload within 20 s"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Pins process `pid` (and the threads it starts later) to `cpu`.
-fn pin(pid: u32, cpu: usize) -> Result<(), String> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is a CPU this process may use, below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    let pid = i32::try_from(pid).map_err(|e| e.to_string())?;
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid is our own child.
-    let rc = unsafe { libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &raw const set) };
-    if rc != 0 {
-        return Err(format!(
-            "sched_setaffinity({pid}, {cpu}): {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
 }

@@ -13,6 +13,7 @@
 //!
 //! The cache layout (`$QOSD_CACHE`, default `$HOME/.cache/qosd`):
 //! `apt/` (private apt configuration, indexes and downloads) and `kernels/<series>/vmlinuz`.
+//! Per-run products (initramfs trees, console logs) go to [`work_dir`], in the target directory.
 //! Delete `kernels/` to pick up newer kernel packages.
 
 mod apt;
@@ -79,6 +80,13 @@ pub fn cache_dir() -> Result<PathBuf> {
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("creating cache directory {}", dir.display()))?;
     Ok(dir)
+}
+
+/// Where guest runs keep their initramfs trees and console logs: under Cargo's target
+/// directory, so two checkouts (each with its own target directory) can boot the same kernel
+/// series at the same time without sharing a work directory.
+pub fn work_dir() -> PathBuf {
+    crate::target_dir().join("vm-work")
 }
 
 /// Boots `kernel` with an initramfs holding `payload` (host path, guest path) and runs `command`

@@ -1,0 +1,453 @@
+//! Cross-NUMA memory series, per cgroup with the usual labels (`cgroup`, and `namespace`,
+//! `pod`, `container`, `qos_class` for managed cgroups), each source its own metric:
+//!
+//! - `qosd_numa_memory_bytes{node,locality}` (gauge): resident memory per node from
+//!   `memory.numa_stat`, local when the node is one of the nodes of the cgroup's CPUs; read
+//!   from cgroupfs at scrape time ([`NumaMemoryCollector`]);
+//! - `qosd_numa_hint_faults_total{locality}`: NUMA hinting faults, local when the memory is on
+//!   the faulting CPU's node;
+//! - `qosd_numa_page_allocations_total{locality}`: pages allocated, local when on the
+//!   allocating CPU's node;
+//! - `qosd_numa_task_migrations_total{cross_node}`: task migrations between CPUs of one node
+//!   (`false`) or of two nodes (`true`);
+//!
+//! the last three from the kernel maps at scrape time ([`NumaCollector`]), with the probes'
+//! health series. A probe that is not attached exports nothing (its mode says why).
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{MetricFamily, MetricType};
+
+use super::families::{ProbeHealth, as_f64, cgroup_labels, family, sample_and_paths};
+use crate::cgroup::CgroupPaths;
+use crate::cm::index::WorkloadIndex;
+use crate::numa::NumaMemoryReader;
+use crate::probes::ProbeMode;
+use crate::probes::numa::{
+    HINT_FAULT_PROBE, MIGRATION_PROBE, NumaProbe, NumaSample, PAGE_ALLOC_PROBE,
+};
+use qosd_common::{LocalityCounts, MAX_CGROUPS, names};
+
+const MEMORY: &str = "qosd_numa_memory_bytes";
+const MEMORY_HELP: &str = "Resident memory of each cgroup per NUMA node (memory.numa_stat), local when the node holds one of the cgroup's CPUs";
+const HINT_FAULTS: &str = "qosd_numa_hint_faults_total";
+const HINT_FAULTS_HELP: &str = "NUMA hinting faults of each cgroup's tasks, local when the memory is on the faulting CPU's node (needs kernel.numa_balancing)";
+const PAGE_ALLOCS: &str = "qosd_numa_page_allocations_total";
+const PAGE_ALLOCS_HELP: &str =
+    "Pages allocated by each cgroup's tasks, local when on the allocating CPU's node";
+const MIGRATIONS: &str = "qosd_numa_task_migrations_total";
+const MIGRATIONS_HELP: &str = "Migrations of each cgroup's tasks between CPUs, cross_node when the CPUs are on different nodes";
+
+/// Which NUMA probes are attached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NumaLive {
+    pub hint_faults: bool,
+    pub page_allocs: bool,
+    pub migrations: bool,
+}
+
+/// Where the counters come from: the kernel probe, or a fake in tests.
+pub trait NumaSource: Send {
+    /// Reads every counter.
+    fn sample(&mut self) -> Result<NumaSample, String>;
+    /// Drops the counters of cgroups that no longer exist.
+    fn forget(&mut self, cgroup_ids: &[u64]);
+    /// Which probes are attached.
+    fn live(&self) -> NumaLive;
+}
+
+impl NumaSource for NumaProbe {
+    fn sample(&mut self) -> Result<NumaSample, String> {
+        NumaProbe::sample(self).map_err(|e| e.to_string())
+    }
+
+    fn forget(&mut self, cgroup_ids: &[u64]) {
+        if let Err(e) = NumaProbe::forget(self, cgroup_ids) {
+            tracing::warn!(error = %e, "removing NUMA counters of deleted cgroups");
+        }
+    }
+
+    fn live(&self) -> NumaLive {
+        let up = |mode: &ProbeMode| !matches!(mode, ProbeMode::Unavailable(_));
+        NumaLive {
+            hint_faults: up(self.hint_fault_mode()),
+            page_allocs: up(self.page_alloc_mode()),
+            migrations: up(self.migration_mode()),
+        }
+    }
+}
+
+fn descs(items: &[(&str, &str)]) -> Result<Vec<Desc>, prometheus::Error> {
+    items
+        .iter()
+        .map(|(name, help)| {
+            Desc::new(
+                (*name).into(),
+                (*help).into(),
+                vec!["cgroup".into()],
+                HashMap::new(),
+            )
+        })
+        .collect()
+}
+
+struct State {
+    source: Box<dyn NumaSource>,
+    workloads: WorkloadIndex,
+    hierarchy_root: PathBuf,
+}
+
+/// Collects the hinting-fault, page-allocation and migration series at scrape time.
+pub struct NumaCollector {
+    state: Mutex<State>,
+    descs: Vec<Desc>,
+}
+
+impl NumaCollector {
+    /// A collector reading `source`, resolving ids in the hierarchy mounted at `root`.
+    pub fn new(
+        source: Box<dyn NumaSource>,
+        hierarchy_root: PathBuf,
+        workloads: WorkloadIndex,
+    ) -> Result<Self, prometheus::Error> {
+        Ok(Self {
+            state: Mutex::new(State {
+                source,
+                workloads,
+                hierarchy_root,
+            }),
+            descs: descs(&[
+                (HINT_FAULTS, HINT_FAULTS_HELP),
+                (PAGE_ALLOCS, PAGE_ALLOCS_HELP),
+                (MIGRATIONS, MIGRATIONS_HELP),
+            ])?,
+        })
+    }
+}
+
+impl Collector for NumaCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let Ok(mut state) = self.state.lock() else {
+            tracing::error!("NUMA collector state poisoned by an earlier panic");
+            return Vec::new();
+        };
+        let sampled = state.source.sample();
+        let Some((sample, paths)) = sample_and_paths("numa", sampled, &state.hierarchy_root) else {
+            return Vec::new();
+        };
+        let live = state.source.live();
+        let mut gone = Vec::new();
+        let mut families = Vec::new();
+        let mut health = ProbeHealth::default();
+        let s = &sample.stats;
+        for (up, name, help, label, values, map, probe, events, dropped) in [
+            (
+                live.hint_faults,
+                HINT_FAULTS,
+                HINT_FAULTS_HELP,
+                ("locality", ["local", "remote"]),
+                &sample.hint_faults,
+                names::NUMA_HINT_FAULTS_MAP,
+                HINT_FAULT_PROBE,
+                s.hint_faults,
+                s.hint_dropped,
+            ),
+            (
+                live.page_allocs,
+                PAGE_ALLOCS,
+                PAGE_ALLOCS_HELP,
+                ("locality", ["local", "remote"]),
+                &sample.page_allocs,
+                names::NUMA_PAGE_ALLOCS_MAP,
+                PAGE_ALLOC_PROBE,
+                s.page_allocs,
+                s.alloc_dropped,
+            ),
+            (
+                live.migrations,
+                MIGRATIONS,
+                MIGRATIONS_HELP,
+                ("cross_node", ["false", "true"]),
+                &sample.migrations,
+                names::NUMA_MIGRATIONS_MAP,
+                MIGRATION_PROBE,
+                s.migrations,
+                s.migration_dropped,
+            ),
+        ] {
+            if !up {
+                continue;
+            }
+            let series = locality_series(values, label, &paths, &state.workloads, &mut gone);
+            families.push(family(name, help, MetricType::COUNTER, series));
+            health.events.push((probe, events));
+            health.dropped.push((probe, dropped));
+            health.maps.push((map, values.len(), MAX_CGROUPS));
+        }
+        if !gone.is_empty() {
+            gone.sort_unstable();
+            gone.dedup();
+            state.source.forget(&gone);
+        }
+        families.extend(health.families());
+        families
+    }
+}
+
+/// Two series per cgroup (`label` = first value for `local`, second for `remote`), sorted;
+/// ids without a cgroup go to `gone`.
+fn locality_series(
+    values: &HashMap<u64, LocalityCounts>,
+    (label, [local, remote]): (&'static str, [&'static str; 2]),
+    paths: &CgroupPaths,
+    workloads: &WorkloadIndex,
+    gone: &mut Vec<u64>,
+) -> Vec<(Vec<(&'static str, String)>, f64)> {
+    let mut out = Vec::new();
+    for (&id, counts) in values {
+        let Some(path) = paths.path(id) else {
+            gone.push(id);
+            continue;
+        };
+        let labels = cgroup_labels(workloads, id, path);
+        for (value, count) in [(local, counts.local), (remote, counts.remote)] {
+            let mut l = labels.clone();
+            l.push((label, value.to_owned()));
+            out.push((l, as_f64(count)));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Collects `qosd_numa_memory_bytes` from cgroupfs at scrape time.
+pub struct NumaMemoryCollector {
+    reader: NumaMemoryReader,
+    workloads: WorkloadIndex,
+    descs: Vec<Desc>,
+}
+
+impl NumaMemoryCollector {
+    /// A collector over `reader`, labelling managed cgroups through `workloads`.
+    pub fn new(
+        reader: NumaMemoryReader,
+        workloads: WorkloadIndex,
+    ) -> Result<Self, prometheus::Error> {
+        Ok(Self {
+            reader,
+            workloads,
+            descs: descs(&[(MEMORY, MEMORY_HELP)])?,
+        })
+    }
+}
+
+impl Collector for NumaMemoryCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let cgroups = match self.reader.read_all() {
+            Ok(cgroups) => cgroups,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading memory.numa_stat");
+                return Vec::new();
+            }
+        };
+        let mut series = Vec::new();
+        for cgroup in &cgroups {
+            let labels = cgroup_labels(&self.workloads, cgroup.cgroup_id, &cgroup.path);
+            for (node, bytes, locality) in &cgroup.nodes {
+                let mut l = labels.clone();
+                l.push(("node", node.to_string()));
+                l.push(("locality", locality.label().to_owned()));
+                series.push((l, as_f64(*bytes)));
+            }
+        }
+        vec![family(MEMORY, MEMORY_HELP, MetricType::GAUGE, series)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::MetadataExt as _;
+    use std::sync::{Arc, Mutex as StdMutex};
+
+    use super::*;
+    use crate::cm::index::Workload;
+    use crate::metrics::Metrics;
+    use crate::numa::NodeLayout;
+    use qosd_common::{NumaStats, PfnRange};
+
+    struct Fake {
+        sample: NumaSample,
+        live: NumaLive,
+        forgotten: Arc<StdMutex<Vec<u64>>>,
+    }
+
+    impl NumaSource for Fake {
+        fn sample(&mut self) -> Result<NumaSample, String> {
+            Ok(self.sample.clone())
+        }
+        fn forget(&mut self, ids: &[u64]) {
+            self.forgotten.lock().expect("lock").extend_from_slice(ids);
+        }
+        fn live(&self) -> NumaLive {
+            self.live
+        }
+    }
+
+    fn pod() -> Workload {
+        Workload {
+            namespace: "ns".into(),
+            pod: "p".into(),
+            container: Some("c".into()),
+            qos_class: "guaranteed".into(),
+        }
+    }
+
+    #[test]
+    fn probe_counters_are_labelled_pruned_and_only_for_live_probes() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(root.path().join("a")).expect("mkdir");
+        let a = std::fs::metadata(root.path().join("a"))
+            .expect("stat")
+            .ino();
+        let deleted = u64::MAX - 3;
+        let counts = |local, remote| LocalityCounts { local, remote };
+        let sample = NumaSample {
+            hint_faults: HashMap::from([(a, counts(1, 2))]),
+            page_allocs: HashMap::from([(a, counts(3, 4)), (deleted, counts(1, 1))]),
+            migrations: HashMap::from([(a, counts(5, 6))]),
+            stats: NumaStats {
+                page_allocs: 9,
+                alloc_dropped: 2,
+                migrations: 11,
+                ..NumaStats::default()
+            },
+            map_entries: Vec::new(),
+        };
+        let forgotten = Arc::new(StdMutex::new(Vec::new()));
+        let workloads = WorkloadIndex::new();
+        workloads.insert(a, pod());
+        let fake = Fake {
+            sample,
+            live: NumaLive {
+                hint_faults: false,
+                page_allocs: true,
+                migrations: true,
+            },
+            forgotten: forgotten.clone(),
+        };
+        let metrics = Metrics::new().expect("registry");
+        let collector = NumaCollector::new(Box::new(fake), root.path().to_owned(), workloads)
+            .expect("collector");
+        metrics
+            .register("numa", Box::new(collector))
+            .expect("register");
+        let text = metrics.render();
+        // Label names are sorted in the exposition.
+        let a_labels = |extra: &str| {
+            let mut l = [
+                "cgroup=\"/a\"",
+                "container=\"c\"",
+                extra,
+                "namespace=\"ns\"",
+                "pod=\"p\"",
+                "qos_class=\"guaranteed\"",
+            ];
+            l.sort_unstable();
+            l.join(",")
+        };
+        for want in [
+            format!(
+                "qosd_numa_page_allocations_total{{{}}} 3",
+                a_labels("locality=\"local\"")
+            ),
+            format!(
+                "qosd_numa_page_allocations_total{{{}}} 4",
+                a_labels("locality=\"remote\"")
+            ),
+            format!(
+                "qosd_numa_task_migrations_total{{{}}} 5",
+                a_labels("cross_node=\"false\"")
+            ),
+            format!(
+                "qosd_numa_task_migrations_total{{{}}} 6",
+                a_labels("cross_node=\"true\"")
+            ),
+            "qosd_probe_dropped_events_total{probe=\"numa_page_alloc\"} 2".to_owned(),
+            "qosd_probe_events_total{probe=\"numa_migration\"} 11".to_owned(),
+            "qosd_bpf_map_capacity{map=\"NUMA_PAGE_ALLOCS\"} 16384".to_owned(),
+        ] {
+            assert!(text.contains(&want), "missing {want}:\n{text}");
+        }
+        assert!(
+            !text.contains("qosd_numa_hint_faults_total")
+                && !text.contains("probe=\"numa_hint_fault\""),
+            "an unavailable probe exports nothing:\n{text}"
+        );
+        assert_eq!(forgotten.lock().expect("lock").as_slice(), &[deleted]);
+    }
+
+    #[test]
+    fn memory_bytes_per_node_with_locality() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        std::fs::create_dir_all(r.join("job")).expect("mkdir");
+        std::fs::write(r.join("job/cpuset.cpus.effective"), "0-1\n").expect("write");
+        std::fs::write(
+            r.join("job/memory.numa_stat"),
+            "anon N0=4096 N1=8192\nfile N0=0 N1=4096\n",
+        )
+        .expect("write");
+        let layout = NodeLayout::from_parts(
+            BTreeMap::from([(0, 0), (1, 0), (2, 1), (3, 1)]),
+            vec![PfnRange {
+                start: 0,
+                end: 1,
+                node: 0,
+                pad: 0,
+            }],
+        )
+        .expect("layout");
+        let reader = NumaMemoryReader {
+            memory_root: r.to_owned(),
+            cpuset_root: Some(r.to_owned()),
+            id_root: r.to_owned(),
+            v1: false,
+            layout,
+            page_size: 4096,
+        };
+        let workloads = WorkloadIndex::new();
+        workloads.insert(std::fs::metadata(r.join("job")).expect("stat").ino(), pod());
+        let metrics = Metrics::new().expect("registry");
+        metrics
+            .register(
+                "numa_memory",
+                Box::new(NumaMemoryCollector::new(reader, workloads).expect("collector")),
+            )
+            .expect("register");
+        let text = metrics.render();
+        let common = "container=\"c\",locality=\"{}\",namespace=\"ns\",node=\"{}\",pod=\"p\",qos_class=\"guaranteed\"";
+        let job = |locality: &str, node: &str| {
+            format!(
+                "cgroup=\"/job\",{}",
+                common.replacen("{}", locality, 1).replacen("{}", node, 1)
+            )
+        };
+        for want in [
+            format!("qosd_numa_memory_bytes{{{}}} 4096", job("local", "0")),
+            format!("qosd_numa_memory_bytes{{{}}} 12288", job("remote", "1")),
+        ] {
+            assert!(text.contains(&want), "missing {want}:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The machine's NUMA layout as the kernel reports it, and where a cgroup's memory lives.
+//!
+//! This module owns the user-space half of qosd's cross-NUMA view:
+//! - [`layout`]: which node each CPU belongs to (`/sys/devices/system/node/node*/cpulist`) and
+//!   which node each physical page frame belongs to (memory blocks under
+//!   `/sys/devices/system/node/node*/memory*`, else `/proc/zoneinfo` zone spans), as the
+//!   tables the kernel programs look up ([`qosd_common::NumaConfig`]);
+//! - [`memory`]: a cgroup's resident memory per node from `memory.numa_stat` (v1 and v2
+//!   formats) and its locality against the nodes of the cgroup's CPUs
+//!   (`cpuset.cpus.effective`, v1 `cpuset.effective_cpus`).
+//!
+//! The machine topology for the resource managers (packages, cores, caches) comes from hwloc in
+//! [`crate::topology`]; this module reads the kernel's own files because the probes need the
+//! page-frame ranges hwloc does not give, and the kernel's numbering is what the probes see.
+pub mod layout;
+pub mod memory;
+
+pub use layout::{LayoutError, NodeLayout, RangeSource};
+pub use memory::{CgroupNumaMemory, MemoryError, NumaMemoryReader, NumaStat};
+
+/// Whether memory (or an event) is on the node of the CPU that uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Locality {
+    Local,
+    Remote,
+}
+
+impl Locality {
+    /// The `locality` label value.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Remote => "remote",
+        }
+    }
+}

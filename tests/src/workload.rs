@@ -1,0 +1,110 @@
+//! Placing and watching workload processes: CPU affinity, waiting for the exec, reading the
+//! kernel's per-process accounting files.
+use std::time::Duration;
+
+/// The highest-numbered CPU this process may use (away from CPU 0's housekeeping).
+pub fn last_allowed_cpu() -> Result<usize, String> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &raw mut set) };
+    if rc != 0 {
+        return Err(format!(
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        .rev()
+        // SAFETY: `cpu` is below CPU_SETSIZE and `set` is initialised.
+        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .ok_or_else(|| "empty CPU affinity".to_owned())
+}
+
+/// Waits until the spawning shell `pid` has executed the workload (its `comm` is no longer
+/// `sh`): under emulation an exec can take a while, and a workload not yet spinning would
+/// leave the measuring window without contention.
+pub fn wait_exec(pid: u32) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map_err(|e| format!("/proc/{pid}/comm: {e}"))?;
+        if comm.trim() != "sh" {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "process {pid} did not exec its workload within 20 s"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Pins process `pid` (and the threads it starts later) to `cpu`.
+pub fn pin(pid: u32, cpu: usize) -> Result<(), String> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is a CPU this process may use, below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    let pid = i32::try_from(pid).map_err(|e| e.to_string())?;
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid is our own child.
+    let rc = unsafe { libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &raw const set) };
+    if rc != 0 {
+        return Err(format!(
+            "sched_setaffinity({pid}, {cpu}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// The value of `key` in a `/proc/<pid>/…` file of `key: value` lines (`status`, `sched`),
+/// the first number after the separator (`RssAnon:  65536 kB` gives 65536).
+pub fn proc_value(pid: u32, file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    text.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name.trim() == key).then(|| value.split_whitespace().next()?.parse().ok())?
+    })
+}
+
+/// A counter of `/proc/vmstat`.
+pub fn vmstat(key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
+    text.lines().find_map(|line| {
+        let (name, value) = line.split_once(' ')?;
+        (name == key).then(|| value.trim().parse().ok())?
+    })
+}
+
+/// The kernel's NUMA nodes and their CPUs (`/sys/devices/system/node/node*/cpulist`); one
+/// node with every allowed CPU on kernels without NUMA support.
+pub fn node_cpus() -> Result<std::collections::BTreeMap<u32, Vec<usize>>, String> {
+    let dir = std::path::Path::new("/sys/devices/system/node");
+    let mut nodes = std::collections::BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        nodes.insert(0, vec![last_allowed_cpu()?]);
+        return Ok(nodes);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(node) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let file = entry.path().join("cpulist");
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let cpus = qosd::cgroup::CpuSet::parse(&text).map_err(|e| e.to_string())?;
+        nodes.insert(
+            node,
+            cpus.iter()
+                .filter_map(|c| usize::try_from(c).ok())
+                .collect(),
+        );
+    }
+    Ok(nodes)
+}
