@@ -67,8 +67,9 @@ enum Command {
         /// How often cgroupfs is compared with the desired state and corrected (e.g. 10s, 1m).
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         reconcile_period: Duration,
-        /// Attach mode of the cpu-time probe: auto (tp_btf, else raw_tracepoint), tp_btf or
-        /// raw_tracepoint.
+        /// Attach mode of the scheduler probes: auto (tp_btf, else raw_tracepoint), tp_btf or
+        /// raw_tracepoint. raw_tracepoint also puts the run-queue and task-migration probes on
+        /// raw tracepoints (to test or work around a kernel's tp_btf).
         #[arg(long, value_enum, default_value_t = CpuTimeMode::Auto)]
         cpu_time_mode: CpuTimeMode,
         /// Where container stdout/stderr go, one file per container.

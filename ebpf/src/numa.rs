@@ -11,7 +11,7 @@
 //! - `numa_migrate_tp_btf` / `numa_migrate_raw_tp` (`sched_migrate_task`): the migrated task's
 //!   cgroup; cross-node when the node of the CPU it leaves differs from the destination's.
 //!   The kernel fires this tracepoint also when the "new" CPU is the current one, without
-//!   counting a migration; so does not this program.
+//!   counting a migration; nor does this program.
 //!
 //! Everything the programs need to know about the machine (CPU -> node, page-frame ranges ->
 //! node) and the kernel (where a task's CPU number and the record's fields are) is in the
