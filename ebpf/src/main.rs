@@ -62,7 +62,7 @@ pub fn cpu_time_tp_btf(ctx: BtfTracePointContext) -> i32 {
     // sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...)
     let prev: *const u8 = ctx.arg(1);
     let next: *const u8 = ctx.arg(2);
-    on_switch(prev, next);
+    on_switch::<Direct>(prev, next);
     0
 }
 
@@ -74,8 +74,42 @@ pub fn cpu_time_tp_btf(ctx: BtfTracePointContext) -> i32 {
 pub fn cpu_time_raw_tp(ctx: RawTracePointContext) -> i32 {
     let prev: *const u8 = ctx.arg(1);
     let next: *const u8 = ctx.arg(2);
-    on_switch(prev, next);
+    on_switch::<Probed>(prev, next);
     0
+}
+
+/// How a program reads the kernel structs it follows.
+pub(crate) trait KernelRead {
+    /// The `T` at `base + offset`; `Err` for a null base or a fault.
+    fn read<T: Copy>(base: *const u8, offset: u32) -> Result<T, ()>;
+}
+
+/// Direct loads, for `tp_btf` programs: their arguments are BTF-typed kernel pointers, the
+/// offsets come from the frozen `.rodata` (so the verifier knows them and checks each load
+/// against the kernel's BTF), and a fault is caught by the JIT's exception table instead of
+/// costing a helper call per field.
+pub(crate) struct Direct;
+
+impl KernelRead for Direct {
+    #[inline(always)]
+    fn read<T: Copy>(base: *const u8, offset: u32) -> Result<T, ()> {
+        if base.is_null() {
+            return Err(());
+        }
+        // SAFETY: `base` is a kernel pointer of the type whose BTF gives `offset`; the verifier
+        // checks this load against that BTF and the JIT makes a faulting load read zero.
+        Ok(unsafe { core::ptr::read_volatile(base.wrapping_add(offset as usize).cast::<T>()) })
+    }
+}
+
+/// `bpf_probe_read_kernel`, for programs whose arguments are plain numbers (`raw_tp`).
+pub(crate) struct Probed;
+
+impl KernelRead for Probed {
+    #[inline(always)]
+    fn read<T: Copy>(base: *const u8, offset: u32) -> Result<T, ()> {
+        read_at(base, offset)
+    }
 }
 
 #[inline(always)]
@@ -91,7 +125,7 @@ fn offsets() -> KernelOffsets {
 /// one seen then, its cgroup id is the one remembered, so most switches walk one task's
 /// cgroup chain instead of two.
 #[inline(always)]
-fn on_switch(prev: *const u8, next: *const u8) {
+fn on_switch<R: KernelRead>(prev: *const u8, next: *const u8) {
     // SAFETY: bpf_ktime_get_ns has no preconditions; it reads CLOCK_MONOTONIC.
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(stats) = CPU_TIME_STATS.get_ptr_mut(0) else {
@@ -111,9 +145,9 @@ fn on_switch(prev: *const u8, next: *const u8) {
     }
 
     if running.since_ns != 0 && now > running.since_ns {
-        let prev_cgroup = match read_at::<u64>(prev, off.task_cgroups) {
+        let prev_cgroup = match R::read::<u64>(prev, off.task_cgroups) {
             Ok(css_set) if css_set == running.css_set => Ok(running.cgroup_id),
-            _ => task_cgroup_id(prev, &off),
+            _ => task_cgroup_id::<R>(prev, &off),
         };
         match prev_cgroup {
             Ok(0) => {}
@@ -123,7 +157,7 @@ fn on_switch(prev: *const u8, next: *const u8) {
     }
 
     running.since_ns = now;
-    (running.cgroup_id, running.css_set) = match task_cgroup_and_css_set(next, &off) {
+    (running.cgroup_id, running.css_set) = match task_cgroup_and_css_set::<R>(next, &off) {
         Ok(found) => found,
         Err(()) => {
             stats.read_errors += 1;
@@ -145,32 +179,35 @@ fn charge(cgroup_id: u64, delta_ns: u64, stats: &mut ProbeStats) {
 
 /// The cgroup id of `task`, or 0 for the idle task (pid 0), which belongs to no workload.
 #[inline(always)]
-fn task_cgroup_id(task: *const u8, off: &KernelOffsets) -> Result<u64, ()> {
-    task_cgroup_and_css_set(task, off).map(|(id, _)| id)
+fn task_cgroup_id<R: KernelRead>(task: *const u8, off: &KernelOffsets) -> Result<u64, ()> {
+    task_cgroup_and_css_set::<R>(task, off).map(|(id, _)| id)
 }
 
 /// [`task_cgroup_id`] and the css_set it was read through ((0, 0) for the idle task).
 #[inline(always)]
-fn task_cgroup_and_css_set(task: *const u8, off: &KernelOffsets) -> Result<(u64, u64), ()> {
-    let pid: i32 = read_at(task, off.task_pid)?;
+fn task_cgroup_and_css_set<R: KernelRead>(
+    task: *const u8,
+    off: &KernelOffsets,
+) -> Result<(u64, u64), ()> {
+    let pid: i32 = R::read(task, off.task_pid)?;
     if pid == 0 {
         return Ok((0, 0));
     }
-    let css_set: *const u8 = read_at(task, off.task_cgroups)?;
-    Ok((css_set_cgroup_id(css_set, off)?, css_set as u64))
+    let css_set: *const u8 = R::read(task, off.task_cgroups)?;
+    Ok((css_set_cgroup_id::<R>(css_set, off)?, css_set as u64))
 }
 
 /// The cgroup id behind a css_set: the unified cgroup, or the v1 cpu controller's.
 #[inline(always)]
-fn css_set_cgroup_id(css_set: *const u8, off: &KernelOffsets) -> Result<u64, ()> {
+fn css_set_cgroup_id<R: KernelRead>(css_set: *const u8, off: &KernelOffsets) -> Result<u64, ()> {
     let cgroup: *const u8 = if off.cgroup_mode == cgroup_mode::V1_CPU {
-        let css: *const u8 = read_at(css_set, off.css_set_cpu_css)?;
-        read_at(css, off.css_cgroup)?
+        let css: *const u8 = R::read(css_set, off.css_set_cpu_css)?;
+        R::read(css, off.css_cgroup)?
     } else {
-        read_at(css_set, off.css_set_dfl_cgrp)?
+        R::read(css_set, off.css_set_dfl_cgrp)?
     };
-    let kn: *const u8 = read_at(cgroup, off.cgroup_kn)?;
-    read_at(kn, off.kernfs_node_id)
+    let kn: *const u8 = R::read(cgroup, off.cgroup_kn)?;
+    R::read(kn, off.kernfs_node_id)
 }
 
 #[inline(always)]

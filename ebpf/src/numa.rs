@@ -26,7 +26,7 @@ use qosd_common::{
     LocalityCounts, MAX_CGROUPS, MAX_CPUS, MAX_PFN_RANGES, NO_NODE, NumaConfig, NumaStats, PfnRange,
 };
 
-use crate::{offsets, read_at, task_cgroup_id};
+use crate::{Direct, KernelRead, Probed, offsets, task_cgroup_id};
 
 /// Machine and kernel facts, written by user space before load (see `qosd::probes::numa`).
 #[unsafe(no_mangle)]
@@ -85,7 +85,7 @@ pub fn numa_page_alloc_tp(ctx: TracePointContext) -> i32 {
 pub fn numa_migrate_tp_btf(ctx: BtfTracePointContext) -> i32 {
     // sched_migrate_task(struct task_struct *p, int dest_cpu)
     let dest_cpu: i32 = ctx.arg(1);
-    on_migrate(ctx.arg(0), dest_cpu);
+    on_migrate::<Direct>(ctx.arg(0), dest_cpu);
     0
 }
 
@@ -96,7 +96,7 @@ pub fn numa_migrate_tp_btf(ctx: BtfTracePointContext) -> i32 {
 )]
 pub fn numa_migrate_raw_tp(ctx: RawTracePointContext) -> i32 {
     let dest_cpu: i32 = ctx.arg(1);
-    on_migrate(ctx.arg(0), dest_cpu);
+    on_migrate::<Probed>(ctx.arg(0), dest_cpu);
     0
 }
 
@@ -182,7 +182,7 @@ fn current_cgroup() -> Result<u64, ()> {
     // SAFETY: bpf_get_current_task has no preconditions; the pointer is only read through
     // bpf_probe_read_kernel.
     let task = unsafe { bpf_get_current_task() } as *const u8;
-    task_cgroup_id(task, &offsets())
+    task_cgroup_id::<Probed>(task, &offsets())
 }
 
 /// Adds `n` to the local or remote counter of `cgroup`; true when the map refused a new entry.
@@ -277,7 +277,7 @@ fn on_page_alloc(ctx: &TracePointContext) {
 }
 
 #[inline(always)]
-fn on_migrate(task: *const u8, dest_cpu: i32) {
+fn on_migrate<R: KernelRead>(task: *const u8, dest_cpu: i32) {
     let Some(stats) = stats() else {
         return;
     };
@@ -286,7 +286,7 @@ fn on_migrate(task: *const u8, dest_cpu: i32) {
         return;
     }
     let (Ok(from), Ok(to)) = (
-        read_at::<u32>(task, config_word(&raw const QOSD_NUMA.task_cpu)),
+        R::read::<u32>(task, config_word(&raw const QOSD_NUMA.task_cpu)),
         u32::try_from(dest_cpu),
     ) else {
         stats.migration_dropped += 1;
@@ -297,7 +297,7 @@ fn on_migrate(task: *const u8, dest_cpu: i32) {
         return;
     }
     let (from_node, to_node) = (cpu_node(from), cpu_node(to));
-    let cgroup = match task_cgroup_id(task, &offsets()) {
+    let cgroup = match task_cgroup_id::<R>(task, &offsets()) {
         Ok(0) => return,
         Ok(id) => id,
         Err(()) => {

@@ -27,7 +27,7 @@ use qosd_common::{
     WaitStart,
 };
 
-use crate::{offsets, read_at, task_cgroup_id};
+use crate::{Direct, KernelRead, Probed, offsets, read_at, task_cgroup_id};
 
 /// Offsets beyond [`KernelOffsets`], written by user space before load.
 #[unsafe(no_mangle)]
@@ -81,7 +81,7 @@ const EEXIST: i64 = -17;
 pub fn runq_switch_tp_btf(ctx: BtfTracePointContext) -> i32 {
     // sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...)
     let preempt: u64 = ctx.arg(0);
-    on_switch(preempt & 0xff != 0, ctx.arg(1), ctx.arg(2));
+    on_switch::<Direct>(preempt & 0xff != 0, ctx.arg(1), ctx.arg(2));
     0
 }
 
@@ -92,7 +92,7 @@ pub fn runq_switch_tp_btf(ctx: BtfTracePointContext) -> i32 {
 )]
 pub fn runq_switch_raw_tp(ctx: RawTracePointContext) -> i32 {
     let preempt: u64 = ctx.arg(0);
-    on_switch(preempt & 0xff != 0, ctx.arg(1), ctx.arg(2));
+    on_switch::<Probed>(preempt & 0xff != 0, ctx.arg(1), ctx.arg(2));
     0
 }
 
@@ -102,7 +102,7 @@ pub fn runq_switch_raw_tp(ctx: RawTracePointContext) -> i32 {
     reason = "aya's program macros hand over the context by value"
 )]
 pub fn runq_wakeup_tp_btf(ctx: BtfTracePointContext) -> i32 {
-    on_wakeup(ctx.arg(0));
+    on_wakeup::<Direct>(ctx.arg(0));
     0
 }
 
@@ -112,7 +112,7 @@ pub fn runq_wakeup_tp_btf(ctx: BtfTracePointContext) -> i32 {
     reason = "aya's program macros hand over the context by value"
 )]
 pub fn runq_wakeup_new_tp_btf(ctx: BtfTracePointContext) -> i32 {
-    on_wakeup(ctx.arg(0));
+    on_wakeup::<Direct>(ctx.arg(0));
     0
 }
 
@@ -122,7 +122,7 @@ pub fn runq_wakeup_new_tp_btf(ctx: BtfTracePointContext) -> i32 {
     reason = "aya's program macros hand over the context by value"
 )]
 pub fn runq_wakeup_raw_tp(ctx: RawTracePointContext) -> i32 {
-    on_wakeup(ctx.arg(0));
+    on_wakeup::<Probed>(ctx.arg(0));
     0
 }
 
@@ -132,7 +132,7 @@ pub fn runq_wakeup_raw_tp(ctx: RawTracePointContext) -> i32 {
     reason = "aya's program macros hand over the context by value"
 )]
 pub fn runq_wakeup_new_raw_tp(ctx: RawTracePointContext) -> i32 {
-    on_wakeup(ctx.arg(0));
+    on_wakeup::<Probed>(ctx.arg(0));
     0
 }
 
@@ -161,7 +161,7 @@ fn now_ns() -> u64 {
 /// CPU: it never left) or already waiting (woken while still queued after a preemption: that
 /// wait began earlier and keeps its attribution).
 #[inline(always)]
-fn on_wakeup(task: *const u8) {
+fn on_wakeup<R: KernelRead>(task: *const u8) {
     let Some(stats) = stats() else {
         return;
     };
@@ -172,8 +172,8 @@ fn on_wakeup(task: *const u8) {
         return;
     }
     let (Ok(pid), Ok(on_cpu)) = (
-        read_at::<u32>(task, off.task_pid),
-        read_at::<i32>(task, soff.task_on_cpu),
+        R::read::<u32>(task, off.task_pid),
+        R::read::<i32>(task, soff.task_on_cpu),
     ) else {
         stats.read_errors += 1;
         return;
@@ -195,7 +195,7 @@ fn on_wakeup(task: *const u8) {
 }
 
 #[inline(always)]
-fn on_switch(preempt: bool, prev: *const u8, next: *const u8) {
+fn on_switch<R: KernelRead>(preempt: bool, prev: *const u8, next: *const u8) {
     let Some(stats) = stats() else {
         return;
     };
@@ -206,14 +206,14 @@ fn on_switch(preempt: bool, prev: *const u8, next: *const u8) {
         return;
     }
     let now = now_ns();
-    switched_out(preempt, prev, next, now, &off, &soff, stats);
-    switched_in(next, now, &off, stats);
+    switched_out::<R>(preempt, prev, next, now, &off, &soff, stats);
+    switched_in::<R>(next, now, &off, stats);
 }
 
 /// `prev` leaves the CPU: still runnable means preempted (its wait starts now, charged to
 /// the pair); otherwise it blocks, and has no entry (it was running, so no wakeup made one).
 #[inline(always)]
-fn switched_out(
+fn switched_out<R: KernelRead>(
     preempt: bool,
     prev: *const u8,
     next: *const u8,
@@ -223,8 +223,8 @@ fn switched_out(
     stats: &mut RunqStats,
 ) {
     let (Ok(pid), Ok(state)) = (
-        read_at::<u32>(prev, off.task_pid),
-        read_at::<u32>(prev, soff.task_state),
+        R::read::<u32>(prev, off.task_pid),
+        R::read::<u32>(prev, soff.task_state),
     ) else {
         stats.read_errors += 1;
         return;
@@ -235,7 +235,10 @@ fn switched_out(
     if !preempt && state != 0 {
         return;
     }
-    let (Ok(victim), Ok(preemptor)) = (task_cgroup_id(prev, off), task_cgroup_id(next, off)) else {
+    let (Ok(victim), Ok(preemptor)) = (
+        task_cgroup_id::<R>(prev, off),
+        task_cgroup_id::<R>(next, off),
+    ) else {
         stats.read_errors += 1;
         return;
     };
@@ -259,8 +262,13 @@ fn switched_out(
 
 /// `next` takes the CPU: its wait, if one was recorded, ends now.
 #[inline(always)]
-fn switched_in(next: *const u8, now: u64, off: &KernelOffsets, stats: &mut RunqStats) {
-    let Ok(pid) = read_at::<u32>(next, off.task_pid) else {
+fn switched_in<R: KernelRead>(
+    next: *const u8,
+    now: u64,
+    off: &KernelOffsets,
+    stats: &mut RunqStats,
+) {
+    let Ok(pid) = R::read::<u32>(next, off.task_pid) else {
         stats.read_errors += 1;
         return;
     };
@@ -279,7 +287,7 @@ fn switched_in(next: *const u8, now: u64, off: &KernelOffsets, stats: &mut RunqS
     let wait = now - start.since_ns;
     // A preempted task's cgroup was read when it was switched out; a woken one's is read now.
     let cgroup = match start.victim_cgroup {
-        0 => match task_cgroup_id(next, off) {
+        0 => match task_cgroup_id::<R>(next, off) {
             Ok(0) => return,
             Ok(id) => id,
             Err(()) => {
