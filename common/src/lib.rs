@@ -101,21 +101,31 @@ pub struct WaitStart {
     pub preemptor_cgroup: u64,
 }
 
-/// Key of the per-cgroup run-queue wait histogram: one entry per (cgroup, bucket).
+/// Key of a per-cgroup log2 histogram (run-queue waits, throttle episodes): one entry per
+/// (cgroup, bucket), whose value is a [`HistBucket`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct HistKey {
     /// cgroup id (kernfs id).
     pub cgroup_id: u64,
     /// log2 bucket: the wait `w` in nanoseconds falls in bucket `b` when `2^(b-1) <= w < 2^b`
-    /// (bucket 0 holds `w == 0`); [`HIST_SUM_BUCKET`] holds the sum of waits in nanoseconds.
+    /// (bucket 0 holds `w == 0`).
     pub bucket: u32,
     /// Padding, always 0.
     pub pad: u32,
 }
 
-/// The bucket number under which a histogram keeps its sum (nanoseconds).
-pub const HIST_SUM_BUCKET: u32 = 0xffff;
+/// Value of one histogram bucket: how many values fell in it and their sum. Keeping the sum
+/// per bucket lets a program record a value with one map lookup; the histogram's sum is the
+/// sum over its buckets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HistBucket {
+    /// Values recorded in this bucket.
+    pub count: u64,
+    /// Their sum in nanoseconds.
+    pub sum_ns: u64,
+}
 /// Highest log2 bucket the programs record; longer waits land here.
 pub const HIST_MAX_BUCKET: u32 = 40;
 
@@ -335,6 +345,8 @@ mod pod {
     unsafe impl aya::Pod for super::WaitStart {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::HistKey {}
+    // SAFETY: two u64 fields, no padding.
+    unsafe impl aya::Pod for super::HistBucket {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PreemptKey {}
     // SAFETY: as above.

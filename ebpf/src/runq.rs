@@ -22,7 +22,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext},
 };
 use qosd_common::{
-    HIST_MAX_BUCKET, HIST_SUM_BUCKET, HistKey, KernelOffsets, MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS,
+    HIST_MAX_BUCKET, HistBucket, HistKey, KernelOffsets, MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS,
     MAX_THROTTLED_CFS_RQS, MAX_WAITING_TASKS, PreemptKey, PreemptValue, RunqStats, SchedOffsets,
     WaitStart,
 };
@@ -45,9 +45,9 @@ static QOSD_SCHED_OFFSETS: SchedOffsets = SchedOffsets {
 #[map]
 static RUNQ_WAIT_START: HashMap<u32, WaitStart> = HashMap::with_max_entries(MAX_WAITING_TASKS, 0);
 
-/// (cgroup, log2 bucket) -> waits; (cgroup, HIST_SUM_BUCKET) -> nanoseconds waited.
+/// (cgroup, log2 bucket) -> waits in that bucket and the nanoseconds they waited.
 #[map]
-static RUNQ_HIST: PerCpuHashMap<HistKey, u64> =
+static RUNQ_HIST: PerCpuHashMap<HistKey, HistBucket> =
     PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
 
 /// (victim cgroup, preemptor cgroup) -> preemptions and the waits they caused.
@@ -63,9 +63,9 @@ static RUNQ_STATS: PerCpuArray<RunqStats> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static THROTTLED_CFS_RQ: HashMap<u64, u64> = HashMap::with_max_entries(MAX_THROTTLED_CFS_RQS, 0);
 
-/// (cgroup, log2 bucket) -> throttle episodes; (cgroup, HIST_SUM_BUCKET) -> nanoseconds.
+/// (cgroup, log2 bucket) -> throttle episodes in that bucket and their nanoseconds.
 #[map]
-static THROTTLE_HIST: PerCpuHashMap<HistKey, u64> =
+static THROTTLE_HIST: PerCpuHashMap<HistKey, HistBucket> =
     PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
 
 const BPF_ANY: u64 = 0;
@@ -297,9 +297,7 @@ fn switched_in<R: KernelRead>(
         },
         id => id,
     };
-    let dropped = hist_add(&RUNQ_HIST, cgroup, bucket(wait), 1)
-        | hist_add(&RUNQ_HIST, cgroup, HIST_SUM_BUCKET, wait);
-    if dropped {
+    if hist_add(&RUNQ_HIST, cgroup, wait) {
         stats.dropped += 1;
     }
     if start.victim_cgroup != 0 && start.preemptor_cgroup != 0 {
@@ -328,21 +326,29 @@ fn add_pair(key: &PreemptKey, count: u64, wait_ns: u64, stats: &mut RunqStats) {
     }
 }
 
-/// Adds `value` to `(cgroup, bucket)`; true when the map refused a new entry.
+/// Records `value_ns` in `cgroup_id`'s histogram (one lookup: the bucket's count and sum);
+/// true when the map refused a new entry.
 #[inline(always)]
-fn hist_add(map: &PerCpuHashMap<HistKey, u64>, cgroup_id: u64, bucket: u32, value: u64) -> bool {
+fn hist_add(map: &PerCpuHashMap<HistKey, HistBucket>, cgroup_id: u64, value_ns: u64) -> bool {
     let key = HistKey {
         cgroup_id,
-        bucket,
+        bucket: bucket(value_ns),
         pad: 0,
     };
     if let Some(slot) = map.get_ptr_mut(key) {
         // SAFETY: this CPU's slot of an existing element, written only by this CPU with
         // preemption disabled.
-        unsafe { *slot += value };
+        unsafe {
+            (*slot).count += 1;
+            (*slot).sum_ns += value_ns;
+        }
         false
     } else {
-        map.insert(key, value, BPF_ANY).is_err()
+        let first = HistBucket {
+            count: 1,
+            sum_ns: value_ns,
+        };
+        map.insert(key, first, BPF_ANY).is_err()
     }
 }
 
@@ -414,8 +420,7 @@ pub fn unthrottle_cfs_rq_fentry(ctx: FEntryContext) -> i32 {
         return 0;
     };
     let duration = now - start;
-    let dropped = hist_add(&THROTTLE_HIST, cgroup, bucket(duration), 1)
-        | hist_add(&THROTTLE_HIST, cgroup, HIST_SUM_BUCKET, duration);
+    let dropped = hist_add(&THROTTLE_HIST, cgroup, duration);
     if dropped {
         stats.throttle_dropped += 1;
     } else {

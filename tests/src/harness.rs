@@ -101,7 +101,9 @@ fn start_watchdog() -> mpsc::Sender<Option<&'static str>> {
                 Err(RecvTimeoutError::Disconnected) => return,
                 Err(RecvTimeoutError::Timeout) => {
                     let name = current.unwrap_or_default();
-                    // sysrq w: blocked (D state) tasks; l: backtraces of all CPUs. Best effort.
+                    // sysrq w: blocked (D state) tasks; l: backtraces of all CPUs. Best effort;
+                    // the console log level is raised first so the dumps reach the console.
+                    let _ = std::fs::write("/proc/sys/kernel/printk", "8");
                     for key in ["w", "l"] {
                         let _ = std::fs::write("/proc/sysrq-trigger", key);
                     }

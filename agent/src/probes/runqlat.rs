@@ -20,7 +20,7 @@ use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use qosd_common::{
-    HIST_MAX_BUCKET, HIST_SUM_BUCKET, HistKey, KernelOffsets, MAX_WAITING_TASKS, PreemptKey,
+    HIST_MAX_BUCKET, HistBucket, HistKey, KernelOffsets, MAX_WAITING_TASKS, PreemptKey,
     PreemptValue, RunqStats, SchedOffsets, WaitStart, names,
 };
 
@@ -55,17 +55,15 @@ pub struct Log2Histogram {
 }
 
 impl Log2Histogram {
-    fn add(&mut self, bucket: u32, value: u64) {
-        if bucket == HIST_SUM_BUCKET {
-            self.sum_ns = self.sum_ns.saturating_add(value);
-            return;
-        }
+    /// Adds `count` values summing to `sum_ns` to `bucket` (capped at [`HIST_MAX_BUCKET`]).
+    fn add(&mut self, bucket: u32, count: u64, sum_ns: u64) {
+        self.sum_ns = self.sum_ns.saturating_add(sum_ns);
         let len = HIST_MAX_BUCKET as usize + 1;
         if self.buckets.len() < len {
             self.buckets.resize(len, 0);
         }
         let b = (bucket as usize).min(len - 1);
-        self.buckets[b] = self.buckets[b].saturating_add(value);
+        self.buckets[b] = self.buckets[b].saturating_add(count);
     }
 
     /// Number of recorded values.
@@ -288,7 +286,7 @@ impl SchedProbe {
         }
         for name in [names::RUNQ_HIST_MAP, names::THROTTLE_HIST_MAP] {
             let map = self.ebpf.map_mut(name).ok_or_else(|| missing_map(name))?;
-            let mut hist: PerCpuHashMap<&mut MapData, HistKey, u64> =
+            let mut hist: PerCpuHashMap<&mut MapData, HistKey, HistBucket> =
                 PerCpuHashMap::try_from(map).map_err(|e| map_error(name, &e))?;
             let stale: Vec<HistKey> = hist
                 .keys()
@@ -323,14 +321,18 @@ impl SchedProbe {
         &self,
         name: &'static str,
     ) -> Result<(HashMap<u64, Log2Histogram>, usize), RunqlatError> {
-        let map: PerCpuHashMap<&MapData, HistKey, u64> = self.per_cpu_hash(name)?;
+        let map: PerCpuHashMap<&MapData, HistKey, HistBucket> = self.per_cpu_hash(name)?;
         let mut out: HashMap<u64, Log2Histogram> = HashMap::new();
         let mut entries = 0;
         for entry in map.iter() {
             let (key, per_cpu) = entry.map_err(|e| map_error(name, &e))?;
             entries += 1;
-            let total = per_cpu.iter().copied().fold(0u64, u64::saturating_add);
-            out.entry(key.cgroup_id).or_default().add(key.bucket, total);
+            let (count, sum_ns) = per_cpu.iter().fold((0u64, 0u64), |(c, s), b| {
+                (c.saturating_add(b.count), s.saturating_add(b.sum_ns))
+            });
+            out.entry(key.cgroup_id)
+                .or_default()
+                .add(key.bucket, count, sum_ns);
         }
         Ok((out, entries))
     }
@@ -472,11 +474,12 @@ mod tests {
     #[test]
     fn histogram_folds_buckets_and_sum() {
         let mut h = Log2Histogram::default();
-        h.add(3, 2);
-        h.add(HIST_SUM_BUCKET, 11);
-        h.add(HIST_MAX_BUCKET + 5, 1);
-        assert_eq!(h.count(), 3);
-        assert_eq!(h.sum_ns, 11);
+        h.add(3, 2, 9);
+        h.add(3, 1, 6);
+        h.add(HIST_MAX_BUCKET + 5, 1, 1 << 45);
+        assert_eq!(h.count(), 4);
+        assert_eq!(h.buckets[3], 3);
+        assert_eq!(h.sum_ns, 15 + (1 << 45));
         assert_eq!(h.buckets[HIST_MAX_BUCKET as usize], 1);
     }
 }

@@ -128,15 +128,22 @@ pub fn sigint_detaches(ctx: &Context) -> Outcome {
     detaches_on(ctx, libc::SIGINT, "SIGINT")
 }
 
-/// After `signal`, qosd exits 0 within a second and the programs it loaded leave the kernel.
-/// Programs are told apart by id, so a program of an earlier agent still being released by
-/// the kernel does not confuse the count.
+/// After `signal`, qosd exits 0 within [`SHUTDOWN_BUDGET`] and the programs it loaded leave the
+/// kernel. Programs are told apart by id, so a program of an earlier agent still being released
+/// by the kernel does not confuse the count.
+///
+/// The budget is the contract with whoever stops the agent (systemd's and Kubernetes' grace
+/// periods are far longer), not a speed claim: on the host qosd exits in about 150 ms, in the
+/// emulated guests about 1 s, nearly all of it the kernel unpatching a dozen attach points.
 fn detaches_on(ctx: &Context, signal: i32, name: &str) -> Outcome {
     match detaches(ctx, signal, name) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),
     }
 }
+
+/// How long qosd may take from the signal to its exit.
+const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 
 fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
     let before = probe_programs()?;
@@ -148,7 +155,7 @@ fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
             agent.pid()
         ));
     }
-    let (status, took) = agent.stop(signal, Duration::from_secs(5))?;
+    let (status, took) = agent.stop(signal, SHUTDOWN_BUDGET * 2)?;
     // The kernel frees a program when its last link and fd are released, which it may finish
     // in a work item shortly after the process has exited.
     let released_by = Instant::now() + Duration::from_secs(3);
@@ -163,8 +170,8 @@ fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
         "{name}: exit {status} after {} ms; programs {ours:?} loaded, {left:?} left",
         took.as_millis()
     );
-    if !status.success() || took > Duration::from_secs(1) || !left.is_empty() {
-        return Err(detail);
+    if !status.success() || took > SHUTDOWN_BUDGET || !left.is_empty() {
+        return Err(format!("{detail}\n{}", agent.log_tail()));
     }
     Ok(detail)
 }

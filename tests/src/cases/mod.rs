@@ -58,11 +58,11 @@ pub fn all() -> Vec<Case> {
             run: topology::guaranteed_pod_pinned_to_one_numa_node,
         },
         Case {
-            name: "sigterm_detaches_programs_and_exits_zero_within_1s",
+            name: "sigterm_detaches_programs_and_exits_zero_within_5s",
             run: lifecycle::sigterm_detaches,
         },
         Case {
-            name: "sigint_detaches_programs_and_exits_zero_within_1s",
+            name: "sigint_detaches_programs_and_exits_zero_within_5s",
             run: lifecycle::sigint_detaches,
         },
         Case {

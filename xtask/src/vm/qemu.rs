@@ -24,7 +24,7 @@ const EXIT_MARKER: &str = "QOSD-GUEST-EXIT ";
 const PANIC_TEXT: &str = "Kernel panic";
 /// cgroup_no_v1=all leaves every controller to the cgroup2 hierarchy that /init mounts.
 /// panic=-1 and oops=panic turn any oops into a reset, which -no-reboot turns into qemu's exit.
-const KERNEL_CMDLINE: &str = "console=ttyS0 panic=-1 oops=panic quiet loglevel=4 cgroup_no_v1=all";
+const KERNEL_CMDLINE: &str = "console=ttyS0 panic=-1 oops=panic quiet loglevel=7 cgroup_no_v1=all";
 /// Guest NUMA nodes, with this many vCPUs and MiB of memory each.
 const NUMA_NODES: u32 = 2;
 const CPUS_PER_NODE: u32 = 2;
