@@ -49,7 +49,7 @@ pub fn report() -> String {
         Ok(probe) => {
             let _ = writeln!(
                 out,
-                "  {:<15} {:<15} sched_switch; per cgroup by {attribution}",
+                "  {:<15} {:<15} sched_switch; per cgroup by {attribution}, from se.sum_exec_runtime",
                 cpu_time::PROBE_NAME,
                 probe.mode().to_string()
             );
@@ -66,10 +66,10 @@ pub fn report() -> String {
         Ok(probe) => {
             let _ = writeln!(
                 out,
-                "  {:<15} {:<15} sched_wakeup, sched_wakeup_new, sched_switch; per-task state in {}",
+                "  {:<15} {:<15} sched_switch; waits from the kernel's {}",
                 runqlat::PROBE_NAME,
                 probe.mode().to_string(),
-                runqlat::TASK_STATE_STORAGE
+                runqlat::WAIT_SOURCE
             );
             for (mode, why) in probe.refused_modes() {
                 let _ = writeln!(out, "  {:<15} (not {}: {why})", "", mode.label());

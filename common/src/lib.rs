@@ -37,6 +37,11 @@ pub struct KernelOffsets {
     pub kernfs_node_id: u32,
     /// One of [`cgroup_mode`]; 0 means "not configured" and the programs count nothing.
     pub cgroup_mode: u32,
+    /// `task_struct.se.sum_exec_runtime` (`u64`): the task's CPU time as the scheduler
+    /// accounts it (the clock cpuacct and `cpu.stat` charge from).
+    pub task_sum_exec_runtime: u32,
+    /// Padding, always 0.
+    pub pad: u32,
 }
 
 /// What one CPU's sched_switch program remembers about the task it switched in.
@@ -45,11 +50,38 @@ pub struct KernelOffsets {
 pub struct RunningTask {
     /// cgroup id of the task now on this CPU; 0 for the idle task or when unknown.
     pub cgroup_id: u64,
-    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when it was switched in; 0 before the first switch.
-    pub since_ns: u64,
+    /// The task's `se.sum_exec_runtime` when it was switched in: the slice it then runs is
+    /// the growth of that counter, as the scheduler itself accounts it.
+    pub start_runtime_ns: u64,
     /// Its `task->cgroups` (`struct css_set *`) when `cgroup_id` was read: while the task's
     /// css_set is unchanged so is its cgroup, and the walk to the id can be skipped.
     pub css_set: u64,
+    /// Its pid (kernel task id); 0 for the idle task or before the first switch.
+    pub pid: u32,
+    /// The counter slot of `cgroup_id`, or [`NO_SLOT`].
+    pub slot: u32,
+}
+
+/// Most cgroups with a counter slot: an index into per-CPU arrays that user space assigns to
+/// each cgroup the programs have seen, so the sched_switch handlers add to an array element
+/// instead of looking the cgroup up in a hash. Cgroups beyond it are counted in the hashes.
+pub const MAX_SLOTS: u32 = 1024;
+/// No slot assigned.
+pub const NO_SLOT: u32 = u32::MAX;
+/// Entries of each CPU's cache of cgroup -> slot lookups (a power of two: the index is the
+/// cgroup id's low bits).
+pub const SLOT_CACHE_SIZE: u32 = 64;
+
+/// One entry of a CPU's cgroup -> slot cache.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotCacheEntry {
+    /// cgroup id; 0 for an empty entry (no cgroup has id 0).
+    pub cgroup_id: u64,
+    /// Its slot.
+    pub slot: u32,
+    /// Padding, always 0.
+    pub pad: u32,
 }
 
 /// Per-CPU health counters of the cpu-time probe.
@@ -81,24 +113,108 @@ pub struct SchedOffsets {
     pub tg_css: u32,
     /// `cfs_rq.throttled` (`int`): non-zero while the cfs_rq is throttled.
     pub cfs_rq_throttled: u32,
-    /// `task_struct.on_cpu` (`int`): 1 while the task runs on a CPU. A wakeup of a running
-    /// task starts no wait.
-    pub task_on_cpu: u32,
+    /// `task_struct.se.cfs_rq` (`struct cfs_rq *`): for a task on this CPU, a cfs_rq of this
+    /// CPU's run queue.
+    pub task_se_cfs_rq: u32,
+    /// `cfs_rq.rq` (`struct rq *`).
+    pub cfs_rq_rq: u32,
+    /// `rq.clock` (`u64`): the run queue's clock, read by __schedule just before the switch;
+    /// the clock the kernel's `sched_info` timestamps come from.
+    pub rq_clock: u32,
+    /// `task_struct.sched_info.run_delay` (`unsigned long long`): nanoseconds the task has
+    /// waited on a run queue, up to its last arrival on a CPU.
+    pub task_run_delay: u32,
+    /// `task_struct.sched_info.last_arrival` (`unsigned long long`): run-queue clock of its
+    /// last arrival on a CPU.
+    pub task_last_arrival: u32,
+    /// `task_struct.sched_info.last_queued` (`unsigned long long`): run-queue clock of its
+    /// enqueue while it waits, 0 otherwise.
+    pub task_last_queued: u32,
     /// 1 when the offsets are filled in; 0 means "not configured" and the programs count nothing.
     pub configured: u32,
+    /// Padding, always 0.
+    pub pad: u32,
 }
 
-/// What the run-queue programs remember about a task waiting for a CPU (one entry per waiting
-/// task, in a bounded hash keyed by pid).
+/// What the run-queue program keeps of a task when it leaves a CPU, in a fixed array of
+/// [`MAX_TASK_WAITS`] entries indexed by [`task_wait_index`] (tasks whose pids collide
+/// overwrite each other, and such a task's next wait is taken from its last enqueue only). The kernel's own
+/// `sched_info` supplies the wait: when the task next arrives, it waited the growth of its
+/// `run_delay` (waits on other run queues it was moved from) plus the time since its last
+/// enqueue. An entry is valid for the arrival after the one it records (`arrival_ns` equal to
+/// the task's `last_arrival`), so stale or reused entries never match.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WaitStart {
-    /// `bpf_ktime_get_ns()` when the task became runnable (woken) or was preempted.
-    pub since_ns: u64,
-    /// For a preempted task, the cgroup it was preempted in; 0 after a wakeup.
+pub struct TaskWait {
+    /// The task's pid; 0 while the entry is being written.
+    pub pid: u32,
+    /// Padding, always 0.
+    pub pad: u32,
+    /// Its `sched_info.last_arrival` when it left the CPU.
+    pub arrival_ns: u64,
+    /// Its `sched_info.run_delay` when it left the CPU.
+    pub run_delay_ns: u64,
+    /// When it was preempted (left the CPU still runnable), its cgroup; 0 otherwise.
     pub victim_cgroup: u64,
-    /// For a preempted task, the cgroup of the task that took the CPU; 0 after a wakeup.
+    /// When it was preempted, the cgroup of the task that took the CPU; 0 otherwise.
     pub preemptor_cgroup: u64,
+    /// Padding to a cache line, always 0: entries written by different CPUs never share one.
+    pub pad_line: [u64; 3],
+}
+
+/// Entries of the per-task array (a power of two).
+pub const MAX_TASK_WAITS: u32 = 32_768;
+
+/// The [`TaskWait`] entry of pid `pid`: the pid times an odd constant, modulo the array size.
+/// That is a bijection on the array's range (distinct pids below [`MAX_TASK_WAITS`] never
+/// collide) which puts consecutive pids, often a producer and its consumer on two CPUs, far
+/// apart instead of on neighbouring cache lines.
+#[must_use]
+#[inline(always)]
+pub const fn task_wait_index(pid: u32) -> u32 {
+    pid.wrapping_mul(0x4F1B) & (MAX_TASK_WAITS - 1)
+}
+
+const _: () = assert!(size_of::<TaskWait>() == 64 && MAX_TASK_WAITS.is_power_of_two());
+
+/// Preemptors a victim cgroup's slot counts by name, per CPU; others go to the pair hash.
+pub const SLOT_PREEMPTORS: usize = 4;
+
+/// Preemptions of a slot's cgroup by one preemptor cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PreemptCell {
+    /// The preemptor's cgroup id; 0 for an unused cell.
+    pub preemptor_cgroup: u64,
+    /// Preemptions.
+    pub count: u64,
+    /// Nanoseconds the victims then waited before running again.
+    pub wait_ns: u64,
+}
+
+/// One CPU's run-queue counters of a cgroup with a counter slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunqSlot {
+    /// Sum of the recorded waits, in nanoseconds.
+    pub sum_ns: u64,
+    /// Waits per log2 bucket, as [`HistKey::bucket`].
+    pub buckets: [u64; HIST_MAX_BUCKET as usize + 1],
+    /// Preemptions of this cgroup's tasks, by preemptor.
+    pub preemptors: [PreemptCell; SLOT_PREEMPTORS],
+}
+
+impl RunqSlot {
+    /// Nothing recorded.
+    pub const EMPTY: Self = Self {
+        sum_ns: 0,
+        buckets: [0; HIST_MAX_BUCKET as usize + 1],
+        preemptors: [PreemptCell {
+            preemptor_cgroup: 0,
+            count: 0,
+            wait_ns: 0,
+        }; SLOT_PREEMPTORS],
+    };
 }
 
 /// Key of a per-cgroup log2 histogram (run-queue waits, throttle episodes): one entry per
@@ -126,8 +242,29 @@ pub struct HistBucket {
     /// Their sum in nanoseconds.
     pub sum_ns: u64,
 }
+
 /// Highest log2 bucket the programs record; longer waits land here.
 pub const HIST_MAX_BUCKET: u32 = 40;
+
+/// The log2 bucket of `v` nanoseconds: `b` such that `2^(b-1) <= v < 2^b` (0 for 0), capped
+/// at [`HIST_MAX_BUCKET`]. BPF has no count-leading-zeros instruction (LLVM expands
+/// `leading_zeros` into some 45 instructions), so this halves the range six times instead.
+#[must_use]
+#[inline(always)]
+pub fn log2_bucket(v: u64) -> u32 {
+    if v >= 1 << HIST_MAX_BUCKET {
+        return HIST_MAX_BUCKET;
+    }
+    let (mut x, mut b) = (v, 0u32);
+    for shift in [32u32, 16, 8, 4, 2, 1] {
+        if x >> shift != 0 {
+            x >>= shift;
+            b += shift;
+        }
+    }
+    // x is now 0 or 1.
+    b + x as u32
+}
 
 /// Key of the preemption-pair counters.
 #[repr(C)]
@@ -155,8 +292,12 @@ pub struct PreemptValue {
 pub struct RunqStats {
     /// sched_switch events handled.
     pub switches: u64,
-    /// sched_wakeup / sched_wakeup_new events handled.
-    pub wakeups: u64,
+    /// Waits recorded.
+    pub waits: u64,
+    /// Waits recorded whose task had no valid entry of its previous departure (first seen,
+    /// or its entry overwritten by a task with colliding pid bits): recorded from the task's
+    /// last enqueue, so a part waited on another run queue before a move is missed.
+    pub partial_waits: u64,
     /// Waits that could not be recorded (a map full or busy).
     pub dropped: u64,
     /// Events whose task or cgroup could not be read from kernel memory.
@@ -167,8 +308,6 @@ pub struct RunqStats {
     pub throttle_dropped: u64,
 }
 
-/// Capacity of the per-task wait-start hash (pids waiting for a CPU at the same time).
-pub const MAX_WAITING_TASKS: u32 = 16_384;
 /// Capacity of the per-(cgroup, bucket) histogram map.
 pub const MAX_HIST_ENTRIES: u32 = 32_768;
 /// Capacity of the preemption-pair map.
@@ -282,6 +421,12 @@ pub mod names {
     pub const CPU_TIME_MAP: &str = "CGROUP_CPU_NS";
     /// Per-CPU array with one [`super::RunningTask`].
     pub const RUNNING_MAP: &str = "RUNNING";
+    /// Hash: cgroup id (u64) -> counter slot (u32), written by user space.
+    pub const SLOT_MAP: &str = "CGROUP_SLOT";
+    /// Per-CPU array of [`super::SlotCacheEntry`]: each CPU's recent slot lookups.
+    pub const SLOT_CACHE_MAP: &str = "SLOT_CACHE";
+    /// Per-CPU array: slot -> nanoseconds on CPU (u64).
+    pub const CPU_TIME_SLOTS_MAP: &str = "CPU_NS_BY_SLOT";
     /// Per-CPU array with one [`super::ProbeStats`].
     pub const STATS_MAP: &str = "CPU_TIME_STATS";
     /// sched_switch program, BTF-typed raw tracepoint flavour.
@@ -290,8 +435,10 @@ pub mod names {
     pub const SWITCH_RAW_TP: &str = "cpu_time_raw_tp";
     /// Global holding [`super::SchedOffsets`].
     pub const SCHED_OFFSETS_GLOBAL: &str = "QOSD_SCHED_OFFSETS";
-    /// Hash: pid (u32) -> [`super::WaitStart`], waiting tasks only.
-    pub const WAIT_START_MAP: &str = "RUNQ_WAIT_START";
+    /// Array: pid's low bits -> [`super::TaskWait`].
+    pub const TASK_WAITS_MAP: &str = "TASK_WAITS";
+    /// Per-CPU array: slot -> [`super::RunqSlot`].
+    pub const RUNQ_SLOTS_MAP: &str = "RUNQ_BY_SLOT";
     /// Per-CPU hash: [`super::HistKey`] -> count (or sum in ns).
     pub const RUNQ_HIST_MAP: &str = "RUNQ_HIST";
     /// Per-CPU hash: [`super::PreemptKey`] -> [`super::PreemptValue`].
@@ -302,14 +449,9 @@ pub mod names {
     pub const THROTTLED_MAP: &str = "THROTTLED_CFS_RQ";
     /// Per-CPU hash: [`super::HistKey`] -> throttle episode count (or sum in ns).
     pub const THROTTLE_HIST_MAP: &str = "THROTTLE_HIST";
-    /// sched_switch / sched_wakeup / sched_wakeup_new programs, tp_btf flavour.
+    /// sched_switch program, tp_btf and raw tracepoint flavours.
     pub const RUNQ_SWITCH_TP_BTF: &str = "runq_switch_tp_btf";
-    pub const RUNQ_WAKEUP_TP_BTF: &str = "runq_wakeup_tp_btf";
-    pub const RUNQ_WAKEUP_NEW_TP_BTF: &str = "runq_wakeup_new_tp_btf";
-    /// The same, raw tracepoint flavour.
     pub const RUNQ_SWITCH_RAW_TP: &str = "runq_switch_raw_tp";
-    pub const RUNQ_WAKEUP_RAW_TP: &str = "runq_wakeup_raw_tp";
-    pub const RUNQ_WAKEUP_NEW_RAW_TP: &str = "runq_wakeup_new_raw_tp";
     /// fexit on throttle_cfs_rq, fentry on unthrottle_cfs_rq.
     pub const THROTTLE_FEXIT: &str = "throttle_cfs_rq_fexit";
     pub const UNTHROTTLE_FENTRY: &str = "unthrottle_cfs_rq_fentry";
@@ -339,10 +481,16 @@ mod pod {
     unsafe impl aya::Pod for super::RunningTask {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ProbeStats {}
+    // SAFETY: as above (the explicit `pad` leaves no implicit padding).
+    unsafe impl aya::Pod for super::SlotCacheEntry {}
     // SAFETY: as above (HistKey's explicit `pad` leaves no implicit padding).
     unsafe impl aya::Pod for super::SchedOffsets {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::WaitStart {}
+    // SAFETY: as above (the explicit `pad` leaves no implicit padding).
+    unsafe impl aya::Pod for super::TaskWait {}
+    // SAFETY: u64 fields only.
+    unsafe impl aya::Pod for super::PreemptCell {}
+    // SAFETY: u64 fields and arrays of u64-only structs, no padding.
+    unsafe impl aya::Pod for super::RunqSlot {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::HistKey {}
     // SAFETY: two u64 fields, no padding.
@@ -362,4 +510,46 @@ mod pod {
     unsafe impl aya::Pod for super::LocalityCounts {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::NumaStats {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn by_leading_zeros(v: u64) -> u32 {
+        (64 - v.leading_zeros()).min(HIST_MAX_BUCKET)
+    }
+
+    #[test]
+    fn log2_bucket_agrees_with_leading_zeros() {
+        for shift in 0..64 {
+            for v in [1u64 << shift, (1u64 << shift) - 1, (1u64 << shift) + 1] {
+                assert_eq!(log2_bucket(v), by_leading_zeros(v), "v = {v}");
+            }
+        }
+        // xorshift64: a spread of magnitudes.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = x >> (x % 64);
+            assert_eq!(log2_bucket(v), by_leading_zeros(v), "v = {v}");
+        }
+        assert_eq!(log2_bucket(0), 0);
+        assert_eq!(log2_bucket(u64::MAX), HIST_MAX_BUCKET);
+    }
+
+    #[test]
+    fn task_wait_index_is_a_bijection_on_the_array() {
+        let mut seen = [false; MAX_TASK_WAITS as usize];
+        for pid in 0..MAX_TASK_WAITS {
+            let i = task_wait_index(pid) as usize;
+            assert!(!seen[i], "pids below the size collide at {i}");
+            seen[i] = true;
+        }
+        // Neighbouring pids land far apart (not on neighbouring entries).
+        let gap = task_wait_index(1001).abs_diff(task_wait_index(1000));
+        assert!(gap > 64, "gap {gap}");
+    }
 }

@@ -1,8 +1,11 @@
 //! qosd's kernel programs.
 //!
-//! `cpu_time_*`: on every sched_switch, charge the time since the previous switch on this CPU to
-//! the current cgroup of the task switched out, and note the cgroup of the task switched in
-//! (user space adds the slice in progress to its readings).
+//! `cpu_time_*`: on every sched_switch, charge the slice that just ended to the current cgroup
+//! of the task switched out, and note the task switched in. A slice is the growth of the task's
+//! `se.sum_exec_runtime` while it ran: the scheduler's own accounting, which cpuacct and
+//! `cpu.stat` charge from, so no clock is read here (user space adds the slice in progress to
+//! its readings). The nanoseconds go into the cgroup's counter slot ([`slots`]) or, for a
+//! cgroup without one, into a per-CPU hash.
 //! Two flavours of the same handler exist so user space can pick what the kernel allows:
 //! `tp_btf` (BTF-typed raw tracepoint) and `raw_tp`. Both read the task's cgroup id by
 //! following field offsets that user space read from the running kernel's BTF
@@ -15,14 +18,17 @@
 
 mod numa;
 mod runq;
+mod slots;
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::bpf_probe_read_kernel,
     macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
-use qosd_common::{KernelOffsets, MAX_CGROUPS, ProbeStats, RunningTask, cgroup_mode};
+use qosd_common::{
+    KernelOffsets, MAX_CGROUPS, MAX_SLOTS, NO_SLOT, ProbeStats, RunningTask, cgroup_mode,
+};
 
 /// Field offsets, written by user space before load (see `qosd::probes::btf`).
 #[unsafe(no_mangle)]
@@ -35,11 +41,18 @@ static QOSD_OFFSETS: KernelOffsets = KernelOffsets {
     cgroup_kn: 0,
     kernfs_node_id: 0,
     cgroup_mode: 0,
+    task_sum_exec_runtime: 0,
+    pad: 0,
 };
 
-/// cgroup id -> nanoseconds on CPU, one counter per CPU (no shared atomics on sched_switch).
+/// cgroup id -> nanoseconds on CPU, one counter per CPU (no shared atomics on sched_switch),
+/// for cgroups without a counter slot.
 #[map]
 static CGROUP_CPU_NS: PerCpuHashMap<u64, u64> = PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+
+/// slot -> nanoseconds on CPU, one counter per CPU.
+#[map]
+static CPU_NS_BY_SLOT: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
 
 /// The task each CPU is running: its cgroup and since when.
 #[map]
@@ -113,21 +126,21 @@ impl KernelRead for Probed {
 }
 
 #[inline(always)]
-fn offsets() -> KernelOffsets {
-    // SAFETY: QOSD_OFFSETS is a plain-data static; the volatile read stops the compiler from
-    // folding the zero initialiser that user space overwrites at load time.
-    unsafe { core::ptr::read_volatile(&QOSD_OFFSETS) }
+fn offsets() -> &'static KernelOffsets {
+    // SAFETY: QOSD_OFFSETS is a plain-data static that lives for the program's run. Loading its
+    // address through a volatile read stops the compiler from folding the zero initialiser that
+    // user space overwrites at load time, while each field is still read only where it is used
+    // (copying the whole struct up front costs a stack spill per field on every event).
+    unsafe { &*core::ptr::read_volatile(&&raw const QOSD_OFFSETS) }
 }
 
 /// Charges the slice that just ended to `prev`'s cgroup as it is now (a task that moved
 /// itself into a cgroup while running is charged to the new one), then starts timing `next`.
 /// `prev` is the task the previous switch on this CPU switched in: while its css_set is the
-/// one seen then, its cgroup id is the one remembered, so most switches walk one task's
-/// cgroup chain instead of two.
+/// one seen then, its cgroup id and slot are the ones remembered, so most switches walk one
+/// task's cgroup chain instead of two.
 #[inline(always)]
 fn on_switch<R: KernelRead>(prev: *const u8, next: *const u8) {
-    // SAFETY: bpf_ktime_get_ns has no preconditions; it reads CLOCK_MONOTONIC.
-    let now = unsafe { bpf_ktime_get_ns() };
     let Some(stats) = CPU_TIME_STATS.get_ptr_mut(0) else {
         return;
     };
@@ -144,57 +157,119 @@ fn on_switch<R: KernelRead>(prev: *const u8, next: *const u8) {
         return;
     }
 
-    if running.since_ns != 0 && now > running.since_ns {
-        let prev_cgroup = match R::read::<u64>(prev, off.task_cgroups) {
-            Ok(css_set) if css_set == running.css_set => Ok(running.cgroup_id),
-            _ => task_cgroup_id::<R>(prev, &off),
-        };
-        match prev_cgroup {
-            Ok(0) => {}
-            Ok(id) => charge(id, now - running.since_ns, stats),
-            Err(()) => stats.read_errors += 1,
+    if running.pid != 0 {
+        charge_prev::<R>(prev, running, off, stats);
+    }
+    let runtime = R::read::<u64>(next, off.task_sum_exec_runtime);
+    match (remember::<R>(next, running, off), runtime) {
+        (Ok(()), Ok(runtime)) => running.start_runtime_ns = runtime,
+        _ => {
+            stats.read_errors += 1;
+            running.pid = 0;
         }
     }
+}
 
-    running.since_ns = now;
-    (running.cgroup_id, running.css_set) = match task_cgroup_and_css_set::<R>(next, &off) {
+/// Charges `prev`'s slice, if `prev` is the task `running` describes.
+#[inline(always)]
+fn charge_prev<R: KernelRead>(
+    prev: *const u8,
+    running: &RunningTask,
+    off: &KernelOffsets,
+    stats: &mut ProbeStats,
+) {
+    // One read after the other: a tuple of reads lets the compiler load a value whose read
+    // failed, which 5.10's verifier refuses (an uninitialised stack slot).
+    let Ok(pid) = R::read::<u32>(prev, off.task_pid) else {
+        stats.read_errors += 1;
+        return;
+    };
+    if pid != running.pid {
+        return;
+    }
+    let Ok(runtime) = R::read::<u64>(prev, off.task_sum_exec_runtime) else {
+        stats.read_errors += 1;
+        return;
+    };
+    if runtime <= running.start_runtime_ns {
+        return;
+    }
+    let delta = runtime - running.start_runtime_ns;
+    let (cgroup, slot) = match cgroup_and_slot::<R>(prev, pid, running, off) {
+        Ok((0, _)) => return,
         Ok(found) => found,
         Err(()) => {
             stats.read_errors += 1;
-            (0, 0)
+            return;
         }
     };
+    if let Some(total) = CPU_NS_BY_SLOT.get_ptr_mut(slot) {
+        // SAFETY: this CPU's element of the slot array; per-CPU elements are only written by
+        // this CPU with preemption disabled.
+        unsafe { *total += delta };
+    } else if let Some(total) = CGROUP_CPU_NS.get_ptr_mut(cgroup) {
+        // SAFETY: this CPU's slot of an existing element, as above.
+        unsafe { *total += delta };
+    } else if CGROUP_CPU_NS.insert(cgroup, delta, BPF_ANY).is_err() {
+        stats.dropped += 1;
+    }
 }
 
+/// Notes in `running` the task switched in: its pid, css_set, cgroup id and slot (all 0 or
+/// [`NO_SLOT`] for the idle task).
 #[inline(always)]
-fn charge(cgroup_id: u64, delta_ns: u64, stats: &mut ProbeStats) {
-    if let Some(total) = CGROUP_CPU_NS.get_ptr_mut(cgroup_id) {
-        // SAFETY: the pointer is this CPU's slot of an existing element; per-CPU slots are
-        // only written by this CPU with preemption disabled.
-        unsafe { *total += delta_ns };
-    } else if CGROUP_CPU_NS.insert(cgroup_id, delta_ns, BPF_ANY).is_err() {
-        stats.dropped += 1;
+pub(crate) fn remember<R: KernelRead>(
+    next: *const u8,
+    running: &mut RunningTask,
+    off: &KernelOffsets,
+) -> Result<(), ()> {
+    running.pid = 0;
+    let pid: u32 = R::read(next, off.task_pid)?;
+    let (cgroup_id, css_set) = if pid == 0 {
+        (0, 0)
+    } else {
+        let css_set: *const u8 = R::read(next, off.task_cgroups)?;
+        (css_set_cgroup_id::<R>(css_set, off)?, css_set as u64)
+    };
+    running.cgroup_id = cgroup_id;
+    running.css_set = css_set;
+    running.slot = match cgroup_id {
+        0 => NO_SLOT,
+        id => slots::slot_of(id),
+    };
+    running.pid = pid;
+    Ok(())
+}
+
+/// The cgroup id and slot of `task` (pid `pid`), which `running` describes if the pid
+/// matches: while its css_set is the one seen when it was switched in, so are its cgroup and
+/// slot, and the walk is skipped.
+#[inline(always)]
+pub(crate) fn cgroup_and_slot<R: KernelRead>(
+    task: *const u8,
+    pid: u32,
+    running: &RunningTask,
+    off: &KernelOffsets,
+) -> Result<(u64, u32), ()> {
+    let css_set: u64 = R::read(task, off.task_cgroups)?;
+    if pid != 0 && running.pid == pid && css_set == running.css_set {
+        return Ok((running.cgroup_id, running.slot));
+    }
+    match task_cgroup_id::<R>(task, off)? {
+        0 => Ok((0, NO_SLOT)),
+        id => Ok((id, slots::slot_of(id))),
     }
 }
 
 /// The cgroup id of `task`, or 0 for the idle task (pid 0), which belongs to no workload.
 #[inline(always)]
 fn task_cgroup_id<R: KernelRead>(task: *const u8, off: &KernelOffsets) -> Result<u64, ()> {
-    task_cgroup_and_css_set::<R>(task, off).map(|(id, _)| id)
-}
-
-/// [`task_cgroup_id`] and the css_set it was read through ((0, 0) for the idle task).
-#[inline(always)]
-fn task_cgroup_and_css_set<R: KernelRead>(
-    task: *const u8,
-    off: &KernelOffsets,
-) -> Result<(u64, u64), ()> {
     let pid: i32 = R::read(task, off.task_pid)?;
     if pid == 0 {
-        return Ok((0, 0));
+        return Ok(0);
     }
     let css_set: *const u8 = R::read(task, off.task_cgroups)?;
-    Ok((css_set_cgroup_id::<R>(css_set, off)?, css_set as u64))
+    css_set_cgroup_id::<R>(css_set, off)
 }
 
 /// The cgroup id behind a css_set: the unified cgroup, or the v1 cpu controller's.

@@ -182,7 +182,7 @@ fn current_cgroup() -> Result<u64, ()> {
     // SAFETY: bpf_get_current_task has no preconditions; the pointer is only read through
     // bpf_probe_read_kernel.
     let task = unsafe { bpf_get_current_task() } as *const u8;
-    task_cgroup_id::<Probed>(task, &offsets())
+    task_cgroup_id::<Probed>(task, offsets())
 }
 
 /// Adds `n` to the local or remote counter of `cgroup`; true when the map refused a new entry.
@@ -297,7 +297,7 @@ fn on_migrate<R: KernelRead>(task: *const u8, dest_cpu: i32) {
         return;
     }
     let (from_node, to_node) = (cpu_node(from), cpu_node(to));
-    let cgroup = match task_cgroup_id::<R>(task, &offsets()) {
+    let cgroup = match task_cgroup_id::<R>(task, offsets()) {
         Ok(0) => return,
         Ok(id) => id,
         Err(()) => {

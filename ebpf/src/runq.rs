@@ -1,16 +1,16 @@
 //! Run-queue latency, preemption pairs and CFS throttle episodes.
 //!
-//! `runq_*` (sched_wakeup, sched_wakeup_new, sched_switch; `tp_btf` and `raw_tp` flavours):
-//! a task's wait starts when it is woken (unless it is running at that moment: a wakeup that
-//! finds it still on its CPU) or when it is switched out while still runnable (preempted, or
-//! yielding); it ends when the task is switched in. So only queued tasks have an entry, and a
-//! task that blocks has none to remove. The wait goes into a log2
-//! histogram of the task's cgroup; a preemption is also counted against the (victim cgroup,
-//! preemptor cgroup) pair, with the wait it caused. Per-task state lives in a bounded hash
-//! keyed by pid, holding only tasks waiting for a CPU: the entry goes when the task is switched
-//! in or blocks (a task can only exit by running, so every entry has an end); a wait that finds
-//! the map full is counted as dropped, never silently evicted. User space removes entries older
-//! than any real wait, which only a missed event could leave.
+//! `runq_switch_*` (sched_switch; `tp_btf` and `raw_tp` flavours): the kernel already times
+//! every wait in `task->sched_info` (the enqueue stamp `last_queued` and the running total
+//! `run_delay`, on the run queue's clock), so this handler reads no clock and needs no wakeup
+//! hook. When a task leaves a CPU its `run_delay` and `last_arrival` go into [`TASK_WAITS`]
+//! (an array indexed by pid, not a hash); when it next arrives, its wait is the
+//! growth of `run_delay` (parts waited on run queues it was moved off) plus the time since its
+//! last enqueue, which is exactly what the kernel then adds to `run_delay`. The wait goes into
+//! a log2 histogram of the task's cgroup: the cgroup's counter slot ([`crate::slots`]), or a
+//! per-CPU hash for a cgroup without one. A task switched out while still runnable was
+//! preempted: that is counted against the (victim cgroup, preemptor cgroup) pair in the
+//! victim's slot (or the pair hash), and its next wait is charged to the pair as well.
 //!
 //! `throttle_cfs_rq_fexit` / `unthrottle_cfs_rq_fentry`: one throttle episode per `cfs_rq`
 //! (a cgroup on one CPU), from the moment `throttle_cfs_rq` left it throttled to
@@ -18,16 +18,16 @@
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
     macros::{btf_tracepoint, fentry, fexit, map, raw_tracepoint},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext},
 };
 use qosd_common::{
-    HIST_MAX_BUCKET, HistBucket, HistKey, KernelOffsets, MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS,
-    MAX_THROTTLED_CFS_RQS, MAX_WAITING_TASKS, PreemptKey, PreemptValue, RunqStats, SchedOffsets,
-    WaitStart,
+    HistBucket, HistKey, KernelOffsets, MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS, MAX_SLOTS,
+    MAX_TASK_WAITS, MAX_THROTTLED_CFS_RQS, PreemptKey, PreemptValue, RunningTask, RunqSlot,
+    RunqStats, SchedOffsets, TaskWait, log2_bucket, task_wait_index,
 };
 
-use crate::{Direct, KernelRead, Probed, offsets, read_at, task_cgroup_id};
+use crate::{Direct, KernelRead, Probed, cgroup_and_slot, offsets, read_at, remember};
 
 /// Offsets beyond [`KernelOffsets`], written by user space before load.
 #[unsafe(no_mangle)]
@@ -36,21 +36,36 @@ static QOSD_SCHED_OFFSETS: SchedOffsets = SchedOffsets {
     cfs_rq_tg: 0,
     tg_css: 0,
     cfs_rq_throttled: 0,
-    task_on_cpu: 0,
+    task_se_cfs_rq: 0,
+    cfs_rq_rq: 0,
+    rq_clock: 0,
+    task_run_delay: 0,
+    task_last_arrival: 0,
+    task_last_queued: 0,
     configured: 0,
+    pad: 0,
 };
 
-/// pid -> when its wait began; only tasks waiting for a CPU (bounded; a full map drops and
-/// counts the new wait).
+/// pid's low bits -> the task's `sched_info` when it last left a CPU.
 #[map]
-static RUNQ_WAIT_START: HashMap<u32, WaitStart> = HashMap::with_max_entries(MAX_WAITING_TASKS, 0);
+static TASK_WAITS: Array<TaskWait> = Array::with_max_entries(MAX_TASK_WAITS, 0);
 
-/// (cgroup, log2 bucket) -> waits in that bucket and the nanoseconds they waited.
+/// The task each CPU is running: its pid, cgroup and slot (`start_runtime_ns` unused).
+#[map]
+static RUNQ_RUNNING: PerCpuArray<RunningTask> = PerCpuArray::with_max_entries(1, 0);
+
+/// slot -> the cgroup's waits and preemptions, one set per CPU.
+#[map]
+static RUNQ_BY_SLOT: PerCpuArray<RunqSlot> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
+
+/// (cgroup, log2 bucket) -> waits in that bucket and the nanoseconds they waited, for
+/// cgroups without a slot.
 #[map]
 static RUNQ_HIST: PerCpuHashMap<HistKey, HistBucket> =
     PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
 
-/// (victim cgroup, preemptor cgroup) -> preemptions and the waits they caused.
+/// (victim cgroup, preemptor cgroup) -> preemptions and the waits they caused, for victims
+/// without a slot or preemptors beyond the slot's cells.
 #[map]
 static RUNQ_PREEMPT: PerCpuHashMap<PreemptKey, PreemptValue> =
     PerCpuHashMap::with_max_entries(MAX_PREEMPT_PAIRS, 0);
@@ -70,8 +85,6 @@ static THROTTLE_HIST: PerCpuHashMap<HistKey, HistBucket> =
 
 const BPF_ANY: u64 = 0;
 const BPF_NOEXIST: u64 = 1;
-/// `-EEXIST`: an insert with [`BPF_NOEXIST`] found the key.
-const EEXIST: i64 = -17;
 
 #[btf_tracepoint(function = "sched_switch")]
 #[expect(
@@ -96,51 +109,11 @@ pub fn runq_switch_raw_tp(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-#[btf_tracepoint(function = "sched_wakeup")]
-#[expect(
-    clippy::needless_pass_by_value,
-    reason = "aya's program macros hand over the context by value"
-)]
-pub fn runq_wakeup_tp_btf(ctx: BtfTracePointContext) -> i32 {
-    on_wakeup::<Direct>(ctx.arg(0));
-    0
-}
-
-#[btf_tracepoint(function = "sched_wakeup_new")]
-#[expect(
-    clippy::needless_pass_by_value,
-    reason = "aya's program macros hand over the context by value"
-)]
-pub fn runq_wakeup_new_tp_btf(ctx: BtfTracePointContext) -> i32 {
-    on_wakeup::<Direct>(ctx.arg(0));
-    0
-}
-
-#[raw_tracepoint(tracepoint = "sched_wakeup")]
-#[expect(
-    clippy::needless_pass_by_value,
-    reason = "aya's program macros hand over the context by value"
-)]
-pub fn runq_wakeup_raw_tp(ctx: RawTracePointContext) -> i32 {
-    on_wakeup::<Probed>(ctx.arg(0));
-    0
-}
-
-#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
-#[expect(
-    clippy::needless_pass_by_value,
-    reason = "aya's program macros hand over the context by value"
-)]
-pub fn runq_wakeup_new_raw_tp(ctx: RawTracePointContext) -> i32 {
-    on_wakeup::<Probed>(ctx.arg(0));
-    0
-}
-
 #[inline(always)]
-fn sched_offsets() -> SchedOffsets {
-    // SAFETY: plain-data static; the volatile read stops the compiler from folding the zero
-    // initialiser that user space overwrites at load time.
-    unsafe { core::ptr::read_volatile(&QOSD_SCHED_OFFSETS) }
+fn sched_offsets() -> &'static SchedOffsets {
+    // SAFETY: plain-data static living for the program's run; see `crate::offsets` for why
+    // its address is loaded through a volatile read.
+    unsafe { &*core::ptr::read_volatile(&&raw const QOSD_SCHED_OFFSETS) }
 }
 
 #[inline(always)]
@@ -157,41 +130,24 @@ fn now_ns() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// A woken task starts waiting, unless it is running (a wakeup that found it still on its
-/// CPU: it never left) or already waiting (woken while still queued after a preemption: that
-/// wait began earlier and keeps its attribution).
+/// What a switch needs of a task's `sched_info`.
+struct SchedInfo {
+    pid: u32,
+    run_delay: u64,
+    last_arrival: u64,
+}
+
 #[inline(always)]
-fn on_wakeup<R: KernelRead>(task: *const u8) {
-    let Some(stats) = stats() else {
-        return;
-    };
-    stats.wakeups += 1;
-    let off = offsets();
-    let soff = sched_offsets();
-    if off.cgroup_mode == 0 || soff.configured == 0 {
-        return;
-    }
-    let (Ok(pid), Ok(on_cpu)) = (
-        R::read::<u32>(task, off.task_pid),
-        R::read::<i32>(task, soff.task_on_cpu),
-    ) else {
-        stats.read_errors += 1;
-        return;
-    };
-    if pid == 0 || on_cpu != 0 {
-        return;
-    }
-    let start = WaitStart {
-        since_ns: now_ns(),
-        victim_cgroup: 0,
-        preemptor_cgroup: 0,
-    };
-    // -EEXIST (already waiting) is expected; anything else (the map is full) loses this wait.
-    if let Err(e) = RUNQ_WAIT_START.insert(pid, start, BPF_NOEXIST)
-        && i64::from(e) != EEXIST
-    {
-        stats.dropped += 1;
-    }
+fn sched_info<R: KernelRead>(
+    task: *const u8,
+    off: &KernelOffsets,
+    soff: &SchedOffsets,
+) -> Result<SchedInfo, ()> {
+    Ok(SchedInfo {
+        pid: R::read(task, off.task_pid)?,
+        run_delay: R::read(task, soff.task_run_delay)?,
+        last_arrival: R::read(task, soff.task_last_arrival)?,
+    })
 }
 
 #[inline(always)]
@@ -205,112 +161,198 @@ fn on_switch<R: KernelRead>(preempt: bool, prev: *const u8, next: *const u8) {
     if off.cgroup_mode == 0 || soff.configured == 0 {
         return;
     }
-    let now = now_ns();
-    switched_out::<R>(preempt, prev, next, now, &off, &soff, stats);
-    switched_in::<R>(next, now, &off, stats);
+    let Some(running) = RUNQ_RUNNING.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: a successful per-CPU array lookup; programs run with preemption disabled, so
+    // only this invocation touches this CPU's element meanwhile.
+    let running = unsafe { &mut *running };
+    // `running` describes `prev` (the task the previous switch here switched in) until it is
+    // overwritten with `next`, whose cgroup both halves need.
+    let prev_task = *running;
+    if remember::<R>(next, running, off).is_err() {
+        stats.read_errors += 1;
+        return;
+    }
+    switched_out::<R>(preempt, prev, &prev_task, running, off, soff, stats);
+    switched_in::<R>(next, running, soff, stats);
 }
 
-/// `prev` leaves the CPU: still runnable means preempted (its wait starts now, charged to
-/// the pair); otherwise it blocks, and has no entry (it was running, so no wakeup made one).
+/// `prev` leaves the CPU: its `sched_info` is kept for its next arrival; if it is still
+/// runnable it was preempted by `next`, which is counted against the pair.
 #[inline(always)]
 fn switched_out<R: KernelRead>(
     preempt: bool,
     prev: *const u8,
-    next: *const u8,
-    now: u64,
+    prev_task: &RunningTask,
+    next_task: &RunningTask,
     off: &KernelOffsets,
     soff: &SchedOffsets,
     stats: &mut RunqStats,
 ) {
-    let (Ok(pid), Ok(state)) = (
-        R::read::<u32>(prev, off.task_pid),
+    let (Ok(info), Ok(state)) = (
+        sched_info::<R>(prev, off, soff),
         R::read::<u32>(prev, soff.task_state),
     ) else {
         stats.read_errors += 1;
         return;
     };
-    if pid == 0 {
+    if info.pid == 0 {
         return;
     }
-    if !preempt && state != 0 {
+    let (mut victim, mut preemptor) = (0, 0);
+    if (preempt || state == 0) && next_task.cgroup_id != 0 {
+        match cgroup_and_slot::<R>(prev, info.pid, prev_task, off) {
+            Ok((0, _)) => {}
+            Ok((cgroup, slot)) => {
+                (victim, preemptor) = (cgroup, next_task.cgroup_id);
+                add_pair(victim, slot, preemptor, 1, 0, stats);
+            }
+            Err(()) => stats.read_errors += 1,
+        }
+    }
+    let Some(entry) = TASK_WAITS.get_ptr_mut(task_wait_index(info.pid)) else {
+        return;
+    };
+    // The entry may be written at the same moment by another CPU for a task whose pid has the
+    // same low bits: `pid` goes to 0 first and is set last (in this order on x86's ordered
+    // stores), so a reader that sees the same pid before and after its reads saw one writer.
+    // SAFETY: `entry` points into the array's value, valid for the program's run; volatile
+    // keeps the compiler from reordering or merging the stores.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*entry).pid, 0);
+        core::ptr::write_volatile(&raw mut (*entry).arrival_ns, info.last_arrival);
+        core::ptr::write_volatile(&raw mut (*entry).run_delay_ns, info.run_delay);
+        core::ptr::write_volatile(&raw mut (*entry).victim_cgroup, victim);
+        core::ptr::write_volatile(&raw mut (*entry).preemptor_cgroup, preemptor);
+        core::ptr::write_volatile(&raw mut (*entry).pid, info.pid);
+    }
+}
+
+/// `next` takes the CPU: the wait that ends now goes into its cgroup's histogram, and into
+/// its pair's if it was preempted.
+#[inline(always)]
+fn switched_in<R: KernelRead>(
+    next: *const u8,
+    next_task: &RunningTask,
+    soff: &SchedOffsets,
+    stats: &mut RunqStats,
+) {
+    if next_task.pid == 0 || next_task.cgroup_id == 0 {
         return;
     }
-    let (Ok(victim), Ok(preemptor)) = (
-        task_cgroup_id::<R>(prev, off),
-        task_cgroup_id::<R>(next, off),
+    let (Ok(run_delay), Ok(last_arrival), Ok(last_queued), Ok(clock)) = (
+        R::read::<u64>(next, soff.task_run_delay),
+        R::read::<u64>(next, soff.task_last_arrival),
+        R::read::<u64>(next, soff.task_last_queued),
+        rq_clock::<R>(next, soff),
     ) else {
         stats.read_errors += 1;
         return;
     };
-    let start = WaitStart {
-        since_ns: now,
-        victim_cgroup: victim,
-        preemptor_cgroup: preemptor,
+    // The part waited on this run queue, as the kernel is about to add it to run_delay.
+    let queued = if last_queued != 0 && clock > last_queued {
+        clock - last_queued
+    } else {
+        0
     };
-    if RUNQ_WAIT_START.insert(pid, start, BPF_ANY).is_err() {
-        stats.dropped += 1;
-    }
-    if victim == 0 || preemptor == 0 {
+    let (wait, victim, preemptor) = match departure(next_task.pid, last_arrival) {
+        Some(left) if run_delay >= left.run_delay_ns => (
+            run_delay - left.run_delay_ns + queued,
+            left.victim_cgroup,
+            left.preemptor_cgroup,
+        ),
+        _ => {
+            stats.partial_waits += 1;
+            (queued, 0, 0)
+        }
+    };
+    if wait == 0 {
         return;
+    }
+    let cgroup = next_task.cgroup_id;
+    if hist_add_slot(next_task.slot, wait) {
+        stats.waits += 1;
+    } else if hist_add(&RUNQ_HIST, cgroup, wait) {
+        stats.dropped += 1;
+    } else {
+        stats.waits += 1;
+    }
+    if victim != 0 && preemptor != 0 {
+        let victim_slot = if victim == cgroup {
+            next_task.slot
+        } else {
+            crate::slots::slot_of(victim)
+        };
+        add_pair(victim, victim_slot, preemptor, 0, wait, stats);
+    }
+}
+
+/// The entry task `pid` left at its last departure, if it is still there: its arrival stamp
+/// is the task's `last_arrival` (the kernel updates it only after this handler).
+#[inline(always)]
+fn departure(pid: u32, last_arrival: u64) -> Option<TaskWait> {
+    let entry = TASK_WAITS.get_ptr(task_wait_index(pid))?;
+    // SAFETY: `entry` points into the array's value; see `switched_out` for the order in
+    // which a writer stores the fields.
+    let (before, left, after) = unsafe {
+        let before = core::ptr::read_volatile(&raw const (*entry).pid);
+        let left = TaskWait {
+            pid: before,
+            pad: 0,
+            arrival_ns: core::ptr::read_volatile(&raw const (*entry).arrival_ns),
+            run_delay_ns: core::ptr::read_volatile(&raw const (*entry).run_delay_ns),
+            victim_cgroup: core::ptr::read_volatile(&raw const (*entry).victim_cgroup),
+            preemptor_cgroup: core::ptr::read_volatile(&raw const (*entry).preemptor_cgroup),
+            pad_line: [0; 3],
+        };
+        (
+            before,
+            left,
+            core::ptr::read_volatile(&raw const (*entry).pid),
+        )
+    };
+    (before == pid && after == pid && left.arrival_ns == last_arrival).then_some(left)
+}
+
+/// The clock of the run queue `task` is on: `task->se.cfs_rq->rq->clock`.
+#[inline(always)]
+fn rq_clock<R: KernelRead>(task: *const u8, soff: &SchedOffsets) -> Result<u64, ()> {
+    let cfs_rq: *const u8 = R::read(task, soff.task_se_cfs_rq)?;
+    let rq: *const u8 = R::read(cfs_rq, soff.cfs_rq_rq)?;
+    R::read(rq, soff.rq_clock)
+}
+
+/// Adds to the (victim, preemptor) pair: in a cell of the victim's slot when it has one with
+/// a cell free or already the preemptor's, else in the pair hash.
+#[inline(always)]
+fn add_pair(
+    victim: u64,
+    victim_slot: u32,
+    preemptor: u64,
+    count: u64,
+    wait_ns: u64,
+    stats: &mut RunqStats,
+) {
+    if let Some(slot) = RUNQ_BY_SLOT.get_ptr_mut(victim_slot) {
+        // SAFETY: this CPU's element of the slot array, written only by this CPU with
+        // preemption disabled.
+        let cells = unsafe { &mut (*slot).preemptors };
+        for cell in cells.iter_mut() {
+            if cell.preemptor_cgroup == 0 {
+                cell.preemptor_cgroup = preemptor;
+            }
+            if cell.preemptor_cgroup == preemptor {
+                cell.count += count;
+                cell.wait_ns += wait_ns;
+                return;
+            }
+        }
     }
     let key = PreemptKey {
         victim_cgroup: victim,
         preemptor_cgroup: preemptor,
     };
-    add_pair(&key, 1, 0, stats);
-}
-
-/// `next` takes the CPU: its wait, if one was recorded, ends now.
-#[inline(always)]
-fn switched_in<R: KernelRead>(
-    next: *const u8,
-    now: u64,
-    off: &KernelOffsets,
-    stats: &mut RunqStats,
-) {
-    let Ok(pid) = R::read::<u32>(next, off.task_pid) else {
-        stats.read_errors += 1;
-        return;
-    };
-    if pid == 0 {
-        return;
-    }
-    let Some(start) = RUNQ_WAIT_START.get_ptr(pid) else {
-        return;
-    };
-    // SAFETY: the pointer comes from a successful lookup; the value is copied out at once.
-    let start = unsafe { *start };
-    let _ = RUNQ_WAIT_START.remove(pid);
-    if now <= start.since_ns {
-        return;
-    }
-    let wait = now - start.since_ns;
-    // A preempted task's cgroup was read when it was switched out; a woken one's is read now.
-    let cgroup = match start.victim_cgroup {
-        0 => match task_cgroup_id::<R>(next, off) {
-            Ok(0) => return,
-            Ok(id) => id,
-            Err(()) => {
-                stats.read_errors += 1;
-                return;
-            }
-        },
-        id => id,
-    };
-    if hist_add(&RUNQ_HIST, cgroup, wait) {
-        stats.dropped += 1;
-    }
-    if start.victim_cgroup != 0 && start.preemptor_cgroup != 0 {
-        let key = PreemptKey {
-            victim_cgroup: start.victim_cgroup,
-            preemptor_cgroup: start.preemptor_cgroup,
-        };
-        add_pair(&key, 0, wait, stats);
-    }
-}
-
-#[inline(always)]
-fn add_pair(key: &PreemptKey, count: u64, wait_ns: u64, stats: &mut RunqStats) {
     if let Some(value) = RUNQ_PREEMPT.get_ptr_mut(key) {
         // SAFETY: this CPU's slot of an existing element, written only by this CPU with
         // preemption disabled.
@@ -326,13 +368,33 @@ fn add_pair(key: &PreemptKey, count: u64, wait_ns: u64, stats: &mut RunqStats) {
     }
 }
 
+/// Records `value_ns` in the histogram of `slot`; false when the slot does not exist.
+#[inline(always)]
+fn hist_add_slot(slot: u32, value_ns: u64) -> bool {
+    let Some(counters) = RUNQ_BY_SLOT.get_ptr_mut(slot) else {
+        return false;
+    };
+    // SAFETY: this CPU's element of the slot array, written only by this CPU with
+    // preemption disabled.
+    let counters = unsafe { &mut *counters };
+    counters.sum_ns += value_ns;
+    let bucket = log2_bucket(value_ns) as usize;
+    // SAFETY: reads back a local. The compiler can prove the bucket in range and would drop
+    // the bounds check below, which the verifier needs to see; an opaque reload keeps it.
+    let bucket = unsafe { core::ptr::read_volatile(&raw const bucket) };
+    if let Some(count) = counters.buckets.get_mut(bucket) {
+        *count += 1;
+    }
+    true
+}
+
 /// Records `value_ns` in `cgroup_id`'s histogram (one lookup: the bucket's count and sum);
 /// true when the map refused a new entry.
 #[inline(always)]
 fn hist_add(map: &PerCpuHashMap<HistKey, HistBucket>, cgroup_id: u64, value_ns: u64) -> bool {
     let key = HistKey {
         cgroup_id,
-        bucket: bucket(value_ns),
+        bucket: log2_bucket(value_ns),
         pad: 0,
     };
     if let Some(slot) = map.get_ptr_mut(key) {
@@ -349,17 +411,6 @@ fn hist_add(map: &PerCpuHashMap<HistKey, HistBucket>, cgroup_id: u64, value_ns: 
             sum_ns: value_ns,
         };
         map.insert(key, first, BPF_ANY).is_err()
-    }
-}
-
-/// log2 bucket of `v` nanoseconds: `b` such that `2^(b-1) <= v < 2^b`, capped.
-#[inline(always)]
-fn bucket(v: u64) -> u32 {
-    let b = 64 - v.leading_zeros();
-    if b > HIST_MAX_BUCKET {
-        HIST_MAX_BUCKET
-    } else {
-        b
     }
 }
 

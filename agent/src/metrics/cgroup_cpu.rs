@@ -16,7 +16,7 @@ use super::families::{
 };
 use crate::cm::index::WorkloadIndex;
 use crate::probes::cpu_time::{CpuTimeProbe, CpuTimeSample, PROBE_NAME};
-use qosd_common::{MAX_CGROUPS, names};
+use qosd_common::{MAX_CGROUPS, MAX_SLOTS, names};
 
 /// Where the per-cgroup counters come from: the kernel probe, or a fake in tests.
 pub trait CpuTimeSource: Send {
@@ -157,7 +157,10 @@ impl Collector for CgroupCpuCollector {
                     .dropped
                     .saturating_add(sample.stats.read_errors),
             )],
-            maps: vec![(names::CPU_TIME_MAP, sample.map_entries, MAX_CGROUPS)],
+            maps: vec![
+                (names::CPU_TIME_MAP, sample.map_entries, MAX_CGROUPS),
+                (names::CPU_TIME_SLOTS_MAP, sample.slots_used, MAX_SLOTS),
+            ],
         };
         let mut families = vec![family(
             CPU_SECONDS,
@@ -193,6 +196,7 @@ mod tests {
             };
             Ok(CpuTimeSample {
                 map_entries: nanos_by_cgroup.len(),
+                slots_used: 0,
                 nanos_by_cgroup,
                 stats: qosd_common::ProbeStats {
                     events: 7,

@@ -23,9 +23,7 @@ use crate::cgroup::CgroupPaths;
 use crate::cm::index::WorkloadIndex;
 use crate::probes::runqlat::{self, Log2Histogram, RunqSample, SchedProbe};
 use crate::probes::throttle;
-use qosd_common::{
-    MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS, MAX_THROTTLED_CFS_RQS, MAX_WAITING_TASKS, names,
-};
+use qosd_common::{MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS, MAX_SLOTS, MAX_THROTTLED_CFS_RQS, names};
 
 /// Where the counters come from: the kernel probe, or a fake in tests.
 pub trait RunqSource: Send {
@@ -39,14 +37,6 @@ pub trait RunqSource: Send {
 
 impl RunqSource for SchedProbe {
     fn sample(&mut self) -> Result<RunqSample, String> {
-        match self.expire_waits() {
-            Ok(0) => {}
-            Ok(n) => tracing::warn!(
-                entries = n,
-                "removed run-queue wait entries older than any real wait (a missed switch-in)"
-            ),
-            Err(e) => tracing::warn!(error = %e, "expiring stale run-queue wait entries"),
-        }
         SchedProbe::sample(self).map_err(|e| e.to_string())
     }
 
@@ -256,7 +246,7 @@ impl Collector for RunqCollector {
 
         let s = &sample.stats;
         let mut health = ProbeHealth {
-            events: vec![(runqlat::PROBE_NAME, s.switches.saturating_add(s.wakeups))],
+            events: vec![(runqlat::PROBE_NAME, s.switches)],
             dropped: vec![(runqlat::PROBE_NAME, s.dropped.saturating_add(s.read_errors))],
             maps: Vec::new(),
         };
@@ -269,7 +259,7 @@ impl Collector for RunqCollector {
                 .push((throttle::PROBE_NAME, s.throttle_dropped));
         }
         let capacity = |map: &str| match map {
-            m if m == names::WAIT_START_MAP => MAX_WAITING_TASKS,
+            m if m == names::RUNQ_SLOTS_MAP => MAX_SLOTS,
             m if m == names::PREEMPT_MAP => MAX_PREEMPT_PAIRS,
             m if m == names::THROTTLED_MAP => MAX_THROTTLED_CFS_RQS,
             _ => MAX_HIST_ENTRIES,

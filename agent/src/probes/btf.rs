@@ -99,6 +99,18 @@ impl KernelBtf {
         Ok(None)
     }
 
+    /// Byte offset of `outer.member.inner_member`, where `member` is an embedded
+    /// `struct inner` (e.g. `task_struct.se.sum_exec_runtime`).
+    pub fn nested_offset(
+        &self,
+        outer: &str,
+        member: &str,
+        inner: &str,
+        inner_member: &str,
+    ) -> Result<u32, BtfError> {
+        Ok(self.member_offset(outer, member)? + self.member_offset(inner, inner_member)?)
+    }
+
     /// Value of `enumerator` in `enum name` (e.g. `cpu_cgrp_id` in `cgroup_subsys_id`).
     pub fn enumerator(&self, name: &str, enumerator: &str) -> Result<u32, BtfError> {
         let types = self
@@ -153,6 +165,13 @@ impl KernelBtf {
             } else {
                 cgroup_mode::UNIFIED
             },
+            task_sum_exec_runtime: self.nested_offset(
+                "task_struct",
+                "se",
+                "sched_entity",
+                "sum_exec_runtime",
+            )?,
+            pad: 0,
         })
     }
 }
@@ -181,6 +200,12 @@ mod tests {
         assert_eq!(off.css_set_cpu_css % 8, 0);
         assert!(off.css_set_cpu_css > 0);
         assert_eq!(off.cgroup_mode, cgroup_mode::V1_CPU);
+        let se = btf.member_offset("task_struct", "se").expect("se");
+        assert!(
+            off.task_sum_exec_runtime > se,
+            "sum_exec_runtime lies inside se"
+        );
+        assert_eq!(off.task_sum_exec_runtime % 8, 0);
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! The cpu-time probe: on-CPU nanoseconds per cgroup, counted in the kernel on sched_switch.
+//! The cpu-time probe: on-CPU nanoseconds per cgroup, counted in the kernel on sched_switch
+//! from the scheduler's own per-task accounting (`se.sum_exec_runtime`), into the cgroup's
+//! counter slot ([`super::slots`]) or, before it has one, a per-CPU hash.
 //!
 //! Load order: offsets from BTF are written into the object's global, then the sched_switch
 //! handler is attached as `tp_btf` if the kernel allows it, as `raw_tracepoint` otherwise. The
@@ -8,10 +10,15 @@ use std::collections::HashMap;
 use aya::maps::{MapData, PerCpuArray, PerCpuHashMap};
 use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
-use qosd_common::{KernelOffsets, ProbeStats, RunningTask, names};
+use qosd_common::{KernelOffsets, MAX_SLOTS, ProbeStats, RunningTask, names};
 
 use super::btf::{BtfError, KernelBtf};
+use super::slots::{self, SlotError, SlotTable};
 use super::{EBPF_OBJECT, ProbeMode, error_chain, program_as};
+
+/// The pid namespace of the host (`PROC_PID_INIT_INO`): only there do the kernel's task ids
+/// the programs record name the same tasks in `/proc`.
+const INIT_PID_NS_INODE: u64 = 0xEFFF_FFFC;
 
 /// The probe's name in `qosd check` and in `qosd_probe_info{probe}`.
 pub const PROBE_NAME: &str = "cpu_time";
@@ -32,8 +39,8 @@ pub enum CpuTimeError {
     NoMode(String),
     #[error("map {map}: {detail}")]
     Map { map: &'static str, detail: String },
-    #[error("reading CLOCK_MONOTONIC: {0}")]
-    Clock(#[source] std::io::Error),
+    #[error("counter slots: {0}")]
+    Slots(#[from] SlotError),
 }
 
 /// One reading of the probe's maps.
@@ -45,6 +52,8 @@ pub struct CpuTimeSample {
     pub stats: ProbeStats,
     /// Entries in the per-cgroup map.
     pub map_entries: usize,
+    /// Counter slots assigned.
+    pub slots_used: usize,
 }
 
 /// A loaded and attached cpu-time probe. Dropping it detaches and unloads the programs.
@@ -52,6 +61,10 @@ pub struct CpuTimeProbe {
     ebpf: Ebpf,
     mode: ProbeMode,
     refused: Vec<(ProbeMode, String)>,
+    slots: SlotTable,
+    /// Whether `/proc/<pid>` names the tasks the programs record (qosd shares the host's pid
+    /// namespace), so the slices in progress can be read from `/proc/<pid>/schedstat`.
+    host_pids: bool,
 }
 
 /// Which attach modes to try.
@@ -82,8 +95,10 @@ impl CpuTimeProbe {
         offsets: KernelOffsets,
         preference: ModePreference,
     ) -> Result<Self, CpuTimeError> {
-        let mut ebpf = EbpfLoader::new()
-            .override_global(names::OFFSETS_GLOBAL, &offsets, true)
+        let mut loader = EbpfLoader::new();
+        loader.override_global(names::OFFSETS_GLOBAL, &offsets, true);
+        super::shrink_unused_maps(&mut loader, super::Loader::CpuTime);
+        let mut ebpf = loader
             .load(EBPF_OBJECT)
             .map_err(|e| CpuTimeError::Load(error_chain(&e)))?;
         let candidates: &[ProbeMode] = match preference {
@@ -124,10 +139,19 @@ impl CpuTimeProbe {
         for (m, why) in &refused {
             tracing::info!(probe = PROBE_NAME, mode = m.label(), reason = %why, "mode refused by the kernel");
         }
+        let host_pids = in_host_pid_namespace();
+        if !host_pids {
+            tracing::info!(
+                probe = PROBE_NAME,
+                "not in the host's pid namespace: readings leave out the slices in progress until they end"
+            );
+        }
         Ok(Self {
             ebpf,
             mode,
             refused,
+            slots: SlotTable::new(MAX_SLOTS),
+            host_pids,
         })
     }
 
@@ -143,9 +167,11 @@ impl CpuTimeProbe {
         &self.refused
     }
 
-    /// Reads every counter. Time slices still running are added up to now, so a busy task
-    /// that has not been switched out yet is counted too.
-    pub fn sample(&self) -> Result<CpuTimeSample, CpuTimeError> {
+    /// Reads every counter: the hash's and the slots', added, plus the slices running right
+    /// now (how far each running task's `sum_exec_runtime` has grown since it was switched
+    /// in), so a busy task that has not been switched out yet is counted too. Cgroups found in
+    /// the hash without a slot get one first.
+    pub fn sample(&mut self) -> Result<CpuTimeSample, CpuTimeError> {
         let totals = self.per_cgroup_map()?;
         let mut nanos_by_cgroup = HashMap::new();
         let mut map_entries = 0;
@@ -157,17 +183,34 @@ impl CpuTimeProbe {
                 per_cpu.iter().copied().fold(0u64, u64::saturating_add),
             );
         }
+        slots::assign(
+            &mut self.ebpf,
+            &mut self.slots,
+            nanos_by_cgroup.keys().copied(),
+            names::CPU_TIME_SLOTS_MAP,
+            0u64,
+        )?;
+        for (cgroup_id, slot) in self.slots.assigned() {
+            let per_cpu = slots::read::<u64>(&self.ebpf, names::CPU_TIME_SLOTS_MAP, slot)?;
+            let total = nanos_by_cgroup.entry(cgroup_id).or_default();
+            *total = per_cpu.iter().copied().fold(*total, u64::saturating_add);
+        }
 
-        let now = monotonic_nanos()?;
-        let running: PerCpuArray<&MapData, RunningTask> = self.map(names::RUNNING_MAP)?;
-        let slots = running
-            .get(&0, 0)
-            .map_err(|e| map_error(names::RUNNING_MAP, &e))?;
-        for slot in slots.iter() {
-            if slot.cgroup_id != 0 && slot.since_ns != 0 && now > slot.since_ns {
-                *nanos_by_cgroup.entry(slot.cgroup_id).or_default() += now - slot.since_ns;
+        if self.host_pids {
+            let running: PerCpuArray<&MapData, RunningTask> = self.map(names::RUNNING_MAP)?;
+            let on_cpus = running
+                .get(&0, 0)
+                .map_err(|e| map_error(names::RUNNING_MAP, &e))?;
+            for task in on_cpus.iter().filter(|t| t.pid != 0 && t.cgroup_id != 0) {
+                if let Some(runtime) = task_runtime_ns(task.pid)
+                    && runtime > task.start_runtime_ns
+                {
+                    *nanos_by_cgroup.entry(task.cgroup_id).or_default() +=
+                        runtime - task.start_runtime_ns;
+                }
             }
         }
+        nanos_by_cgroup.retain(|_, ns| *ns != 0);
 
         let stats_map: PerCpuArray<&MapData, ProbeStats> = self.map(names::STATS_MAP)?;
         let per_cpu = stats_map
@@ -184,11 +227,13 @@ impl CpuTimeProbe {
             nanos_by_cgroup,
             stats,
             map_entries,
+            slots_used: self.slots.len(),
         })
     }
 
-    /// Removes the entries of cgroups that no longer exist, keeping the map bounded.
+    /// Removes the entries and slots of cgroups that no longer exist, keeping the maps bounded.
     pub fn forget(&mut self, cgroup_ids: &[u64]) -> Result<(), CpuTimeError> {
+        slots::release(&mut self.ebpf, &mut self.slots, cgroup_ids)?;
         let map = self
             .ebpf
             .map_mut(names::CPU_TIME_MAP)
@@ -253,18 +298,15 @@ fn map_error(map: &'static str, err: &(dyn std::error::Error + 'static)) -> CpuT
     }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns()` reads.
-fn monotonic_nanos() -> Result<u64, CpuTimeError> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only into it.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    if rc != 0 {
-        return Err(CpuTimeError::Clock(std::io::Error::last_os_error()));
-    }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or_default();
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or_default();
-    Ok(secs * 1_000_000_000 + nanos)
+/// Whether this process shares the host's pid namespace.
+fn in_host_pid_namespace() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() == INIT_PID_NS_INODE)
+}
+
+/// The task's `se.sum_exec_runtime` from `/proc/<pid>/schedstat` (first field; the kernel
+/// brings the running task's counter up to date for the read). `None` when the task is gone.
+fn task_runtime_ns(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
 }

@@ -5,6 +5,7 @@
 //! - [`features`]: what the kernel offers (version, BTF, fentry, kprobes) for `qosd check`.
 //! - [`cpu_time`]: on-CPU time per cgroup from sched_switch.
 //! - [`runqlat`]: run-queue latency and preemption pairs per cgroup.
+//! - [`slots`]: which cgroup owns which counter slot of the sched_switch handlers.
 //! - [`throttle`]: CFS throttle episodes (fentry) and `cpu.stat` counters.
 //! - [`numa`]: NUMA hinting faults, page allocations and task migrations, local or remote.
 pub mod btf;
@@ -12,9 +13,12 @@ pub mod cpu_time;
 pub mod features;
 pub mod numa;
 pub mod runqlat;
+pub mod slots;
 pub mod throttle;
 
 use std::fmt;
+
+use qosd_common::names;
 
 /// The kernel object built from `ebpf/` by `agent/build.rs`, embedded in the binary.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/qosd"));
@@ -53,6 +57,45 @@ impl fmt::Display for ProbeMode {
         match self {
             Self::Unavailable(reason) => write!(f, "unavailable ({reason})"),
             other => f.write_str(other.label()),
+        }
+    }
+}
+
+/// The probes that load their own copy of the kernel object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loader {
+    CpuTime,
+    Runq,
+    Numa,
+}
+
+/// The object's maps and the loads that use them. Each load shrinks the maps it never
+/// touches to one entry (maps are created for the whole object, used or not).
+const MAP_USERS: &[(&str, &[Loader])] = &[
+    (names::CPU_TIME_MAP, &[Loader::CpuTime]),
+    (names::CPU_TIME_SLOTS_MAP, &[Loader::CpuTime]),
+    (names::RUNNING_MAP, &[Loader::CpuTime]),
+    (names::STATS_MAP, &[Loader::CpuTime]),
+    (names::SLOT_MAP, &[Loader::CpuTime, Loader::Runq]),
+    (names::SLOT_CACHE_MAP, &[Loader::CpuTime, Loader::Runq]),
+    (names::TASK_WAITS_MAP, &[Loader::Runq]),
+    (names::RUNQ_SLOTS_MAP, &[Loader::Runq]),
+    (names::RUNQ_HIST_MAP, &[Loader::Runq]),
+    (names::PREEMPT_MAP, &[Loader::Runq]),
+    (names::RUNQ_STATS_MAP, &[Loader::Runq]),
+    (names::THROTTLED_MAP, &[Loader::Runq]),
+    (names::THROTTLE_HIST_MAP, &[Loader::Runq]),
+    (names::NUMA_HINT_FAULTS_MAP, &[Loader::Numa]),
+    (names::NUMA_PAGE_ALLOCS_MAP, &[Loader::Numa]),
+    (names::NUMA_MIGRATIONS_MAP, &[Loader::Numa]),
+    (names::NUMA_STATS_MAP, &[Loader::Numa]),
+];
+
+/// Shrinks the maps `loader`'s probe never touches to one entry.
+pub(crate) fn shrink_unused_maps(loader: &mut aya::EbpfLoader<'_>, user: Loader) {
+    for (map, users) in MAP_USERS {
+        if !users.contains(&user) {
+            loader.map_max_entries(map, 1);
         }
     }
 }

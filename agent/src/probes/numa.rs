@@ -41,19 +41,6 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 const TRACEFS_MOUNTS: [&str; 2] = [TRACEFS, "/sys/kernel/debug/tracing"];
 /// The page-allocation tracepoint's record format, relative to tracefs.
 const PAGE_ALLOC_FORMAT: &str = "events/kmem/mm_page_alloc/format";
-/// Maps of the shared object this probe never touches (shrunk to one entry in its load).
-const OTHER_MAPS: [&str; 9] = [
-    names::CPU_TIME_MAP,
-    names::RUNNING_MAP,
-    names::STATS_MAP,
-    names::WAIT_START_MAP,
-    names::RUNQ_HIST_MAP,
-    names::PREEMPT_MAP,
-    names::RUNQ_STATS_MAP,
-    names::THROTTLED_MAP,
-    names::THROTTLE_HIST_MAP,
-];
-
 /// Errors that keep every NUMA probe from loading (a refused hook only makes that probe
 /// unavailable).
 #[derive(Debug, thiserror::Error)]
@@ -169,9 +156,7 @@ impl NumaProbe {
         loader
             .override_global(names::OFFSETS_GLOBAL, &offsets, true)
             .override_global(names::NUMA_CONFIG_GLOBAL, &config, true);
-        for map in OTHER_MAPS {
-            loader.map_max_entries(map, 1);
-        }
+        super::shrink_unused_maps(&mut loader, super::Loader::Numa);
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .map_err(|e| NumaProbeError::Load(error_chain(&e)))?;

@@ -2,37 +2,37 @@
 //! for a CPU (after a wakeup or a preemption), and preemptions counted per (victim cgroup,
 //! preemptor cgroup) pair with the waits they caused.
 //!
-//! The three handlers (sched_wakeup, sched_wakeup_new, sched_switch) attach together as
-//! `tp_btf`, or all as `raw_tracepoint` when the kernel refuses BTF-typed tracepoints; a fresh
-//! object is loaded for the fallback so no half-attached set stays behind. The same object
-//! carries the throttle-episode programs (see [`super::throttle`]), attached afterwards where
-//! fentry/fexit is allowed.
+//! One sched_switch handler does it all, as `tp_btf`, or as `raw_tracepoint` when the kernel
+//! refuses BTF-typed tracepoints; a fresh object is loaded for the fallback so no half-attached
+//! set stays behind. The same object carries the throttle-episode programs (see
+//! [`super::throttle`]), attached afterwards where fentry/fexit is allowed.
 //!
-//! Per-task wait starts live in a hash keyed by pid ([`MAX_WAITING_TASKS`] entries) on every
-//! kernel: aya-ebpf 0.2 has no task-local storage map, and a map type the kernel cannot create
-//! (task storage for tracing programs does not exist on 5.10) would make the whole object fail
-//! to load, taking the cpu-time probe with it. Only waiting tasks have an entry; a wait that
-//! finds the map full is counted as dropped (an LRU map would evict silently), and entries
-//! older than [`STALE_WAIT`] are expired at scrape and counted the same way.
+//! The waits are the kernel's own: `task->sched_info` (`CONFIG_SCHED_INFO`, which schedstats
+//! and delay accounting select) stamps each enqueue and sums every wait into `run_delay`, on
+//! the run queue's clock. The handler reads those when a task arrives on a CPU and keeps what
+//! it needs of a departing task in a fixed array indexed by pid (see `ebpf/src/runq.rs`), so
+//! no wakeup hook, clock read or per-task hash insert is on the scheduler's path. Counts go to
+//! the cgroup's counter slot ([`super::slots`]) or, before the cgroup has one, to hashes.
 use std::collections::HashMap;
 
 use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use qosd_common::{
-    HIST_MAX_BUCKET, HistBucket, HistKey, KernelOffsets, MAX_WAITING_TASKS, PreemptKey,
-    PreemptValue, RunqStats, SchedOffsets, WaitStart, names,
+    HIST_MAX_BUCKET, HistBucket, HistKey, KernelOffsets, MAX_SLOTS, PreemptKey, PreemptValue,
+    RunqSlot, RunqStats, SchedOffsets, names,
 };
 
 use super::btf::{BtfError, KernelBtf};
+use super::slots::{self, SlotError, SlotTable};
 use super::throttle;
 use super::{EBPF_OBJECT, ProbeMode, error_chain, program_as};
 
 /// The probe's name in `qosd check` and in `qosd_probe_info{probe}`.
 pub const PROBE_NAME: &str = "runqlat";
 
-/// How per-task wait starts are kept, for `check` and the logs.
-pub const TASK_STATE_STORAGE: &str = "hash";
+/// Where the waits come from, for `check` and the logs.
+pub const WAIT_SOURCE: &str = "sched_info";
 
 /// Errors of the run-queue latency probe.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +45,8 @@ pub enum RunqlatError {
     NoMode(String),
     #[error("map {map}: {detail}")]
     Map { map: &'static str, detail: String },
+    #[error("counter slots: {0}")]
+    Slots(#[from] SlotError),
 }
 
 /// A log2 histogram: `buckets[b]` counts values `v` with `2^(b-1) <= v < 2^b` nanoseconds.
@@ -95,13 +97,8 @@ pub struct SchedProbe {
     mode: ProbeMode,
     refused: Vec<(ProbeMode, String)>,
     throttle_mode: ProbeMode,
-    /// Wait-start entries removed by [`SchedProbe::expire_waits`] (lost waits).
-    expired_waits: u64,
+    slots: SlotTable,
 }
-
-/// A wait-start entry older than this can only be left by a missed event (no task waits ten
-/// minutes for a CPU): [`SchedProbe::expire_waits`] removes it and counts a dropped event.
-pub const STALE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl SchedProbe {
     /// Loads the object with offsets for the running kernel, attaches the run-queue handlers
@@ -135,7 +132,7 @@ impl SchedProbe {
                     tracing::info!(
                         probe = PROBE_NAME,
                         mode = candidate.label(),
-                        task_state = TASK_STATE_STORAGE,
+                        waits = WAIT_SOURCE,
                         throttle_episodes = %throttle_mode,
                         "probe attached"
                     );
@@ -147,7 +144,7 @@ impl SchedProbe {
                         mode: candidate.clone(),
                         refused,
                         throttle_mode,
-                        expired_waits: 0,
+                        slots: SlotTable::new(MAX_SLOTS),
                     });
                 }
                 Err(reason) => refused.push((candidate.clone(), reason)),
@@ -179,11 +176,11 @@ impl SchedProbe {
         &self.throttle_mode
     }
 
-    /// Reads every counter.
-    pub fn sample(&self) -> Result<RunqSample, RunqlatError> {
+    /// Reads every counter: the hashes' and the slots', added. Cgroups found in the hashes
+    /// without a slot get one first, so their next events take the slot path.
+    pub fn sample(&mut self) -> Result<RunqSample, RunqlatError> {
         let mut sample = RunqSample::default();
-        let (waits, entries) = self.read_hist(names::RUNQ_HIST_MAP)?;
-        sample.waits = waits;
+        let (mut waits, entries) = self.read_hist(names::RUNQ_HIST_MAP)?;
         sample.map_entries.push((names::RUNQ_HIST_MAP, entries));
 
         let pairs: PerCpuHashMap<&MapData, PreemptKey, PreemptValue> =
@@ -192,22 +189,54 @@ impl SchedProbe {
         for entry in pairs.iter() {
             let (key, per_cpu) = entry.map_err(|e| map_error(names::PREEMPT_MAP, &e))?;
             pair_entries += 1;
-            let total = per_cpu
-                .iter()
-                .fold(PreemptValue::default(), |acc, v| PreemptValue {
-                    count: acc.count.saturating_add(v.count),
-                    wait_ns: acc.wait_ns.saturating_add(v.wait_ns),
-                });
-            sample
+            let total = sample
                 .preemptions
-                .insert((key.victim_cgroup, key.preemptor_cgroup), total);
+                .entry((key.victim_cgroup, key.preemptor_cgroup))
+                .or_default();
+            for v in per_cpu.iter() {
+                add_pair(total, v.count, v.wait_ns);
+            }
         }
         sample.map_entries.push((names::PREEMPT_MAP, pair_entries));
 
-        let waiting: AyaHashMap<&MapData, u32, WaitStart> = self.hash(names::WAIT_START_MAP)?;
+        slots::assign(
+            &mut self.ebpf,
+            &mut self.slots,
+            waits
+                .keys()
+                .chain(sample.preemptions.keys().map(|(victim, _)| victim))
+                .copied(),
+            names::RUNQ_SLOTS_MAP,
+            RunqSlot::EMPTY,
+        )?;
+        for (cgroup_id, slot) in self.slots.assigned() {
+            let per_cpu = slots::read::<RunqSlot>(&self.ebpf, names::RUNQ_SLOTS_MAP, slot)?;
+            let hist = waits.entry(cgroup_id).or_default();
+            for counters in per_cpu.iter() {
+                for (bucket, &count) in (0u32..).zip(counters.buckets.iter()) {
+                    if count != 0 {
+                        hist.add(bucket, count, 0);
+                    }
+                }
+                hist.add(0, 0, counters.sum_ns);
+                for cell in counters
+                    .preemptors
+                    .iter()
+                    .filter(|c| c.preemptor_cgroup != 0)
+                {
+                    let total = sample
+                        .preemptions
+                        .entry((cgroup_id, cell.preemptor_cgroup))
+                        .or_default();
+                    add_pair(total, cell.count, cell.wait_ns);
+                }
+            }
+        }
+        waits.retain(|_, h| h.count() != 0);
+        sample.waits = waits;
         sample
             .map_entries
-            .push((names::WAIT_START_MAP, waiting.keys().flatten().count()));
+            .push((names::RUNQ_SLOTS_MAP, self.slots.len()));
 
         if self.throttle_mode == ProbeMode::Fentry {
             let (episodes, entries) = self.read_hist(names::THROTTLE_HIST_MAP)?;
@@ -228,55 +257,16 @@ impl SchedProbe {
         let per_cpu = stats
             .get(&0, 0)
             .map_err(|e| map_error(names::RUNQ_STATS_MAP, &e))?;
-        let kernel = per_cpu.iter().fold(RunqStats::default(), |a, s| RunqStats {
+        sample.stats = per_cpu.iter().fold(RunqStats::default(), |a, s| RunqStats {
             switches: a.switches.saturating_add(s.switches),
-            wakeups: a.wakeups.saturating_add(s.wakeups),
+            waits: a.waits.saturating_add(s.waits),
+            partial_waits: a.partial_waits.saturating_add(s.partial_waits),
             dropped: a.dropped.saturating_add(s.dropped),
             read_errors: a.read_errors.saturating_add(s.read_errors),
             throttle_episodes: a.throttle_episodes.saturating_add(s.throttle_episodes),
             throttle_dropped: a.throttle_dropped.saturating_add(s.throttle_dropped),
         });
-        sample.stats = RunqStats {
-            dropped: kernel.dropped.saturating_add(self.expired_waits),
-            ..kernel
-        };
         Ok(sample)
-    }
-
-    /// Removes wait-start entries older than [`STALE_WAIT`] (CLOCK_MONOTONIC, the programs'
-    /// clock), so a missed switch-in can never fill the map; each counts as a dropped event.
-    pub fn expire_waits(&mut self) -> Result<usize, RunqlatError> {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec into the valid struct on our stack.
-        if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) } != 0 {
-            return Ok(0);
-        }
-        let now_ns = u64::try_from(now.tv_sec)
-            .unwrap_or(0)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::try_from(now.tv_nsec).unwrap_or(0));
-        let limit = u64::try_from(STALE_WAIT.as_nanos()).unwrap_or(u64::MAX);
-        let map = self
-            .ebpf
-            .map_mut(names::WAIT_START_MAP)
-            .ok_or_else(|| missing_map(names::WAIT_START_MAP))?;
-        let mut waiting: AyaHashMap<&mut MapData, u32, WaitStart> =
-            AyaHashMap::try_from(map).map_err(|e| map_error(names::WAIT_START_MAP, &e))?;
-        let stale: Vec<u32> = waiting
-            .iter()
-            .flatten()
-            .filter(|(_, start)| now_ns.saturating_sub(start.since_ns) > limit)
-            .map(|(pid, _)| pid)
-            .collect();
-        for pid in &stale {
-            // Racing with the task being switched in: either side removes it.
-            let _ = waiting.remove(pid);
-        }
-        self.expired_waits = self.expired_waits.saturating_add(stale.len() as u64);
-        Ok(stale.len())
     }
 
     /// Removes every entry of cgroups that no longer exist, keeping the maps bounded.
@@ -284,6 +274,7 @@ impl SchedProbe {
         if cgroup_ids.is_empty() {
             return Ok(());
         }
+        slots::release(&mut self.ebpf, &mut self.slots, cgroup_ids)?;
         for name in [names::RUNQ_HIST_MAP, names::THROTTLE_HIST_MAP] {
             let map = self.ebpf.map_mut(name).ok_or_else(|| missing_map(name))?;
             let mut hist: PerCpuHashMap<&mut MapData, HistKey, HistBucket> =
@@ -366,7 +357,7 @@ fn sched_offsets(btf: &KernelBtf) -> Result<SchedOffsetsFound, BtfError> {
     let task_state = btf
         .member_offset("task_struct", "__state")
         .or_else(|_| btf.member_offset("task_struct", "state"))?;
-    let task_on_cpu = btf.member_offset("task_struct", "on_cpu")?;
+    let sched_info = |member| btf.nested_offset("task_struct", "sched_info", "sched_info", member);
     let throttle = (|| {
         Ok::<_, BtfError>((
             btf.member_offset("cfs_rq", "tg")?,
@@ -387,8 +378,14 @@ fn sched_offsets(btf: &KernelBtf) -> Result<SchedOffsetsFound, BtfError> {
             cfs_rq_tg,
             tg_css,
             cfs_rq_throttled,
-            task_on_cpu,
+            task_se_cfs_rq: btf.nested_offset("task_struct", "se", "sched_entity", "cfs_rq")?,
+            cfs_rq_rq: btf.member_offset("cfs_rq", "rq")?,
+            rq_clock: btf.member_offset("rq", "clock")?,
+            task_run_delay: sched_info("run_delay")?,
+            task_last_arrival: sched_info("last_arrival")?,
+            task_last_queued: sched_info("last_queued")?,
             configured: 1,
+            pad: 0,
         },
         throttle_missing,
     })
@@ -400,57 +397,40 @@ fn load_and_attach(
     sched: &SchedOffsets,
     mode: &ProbeMode,
 ) -> Result<Ebpf, String> {
-    let mut ebpf = EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    loader
         .override_global(names::OFFSETS_GLOBAL, offsets, true)
-        .override_global(names::SCHED_OFFSETS_GLOBAL, sched, true)
+        .override_global(names::SCHED_OFFSETS_GLOBAL, sched, true);
+    super::shrink_unused_maps(&mut loader, super::Loader::Runq);
+    let mut ebpf = loader
         .load(EBPF_OBJECT)
         .map_err(|e| format!("loading the kernel object: {}", error_chain(&e)))?;
-    let programs = [
-        (
-            names::RUNQ_WAKEUP_TP_BTF,
-            names::RUNQ_WAKEUP_RAW_TP,
-            "sched_wakeup",
-        ),
-        (
-            names::RUNQ_WAKEUP_NEW_TP_BTF,
-            names::RUNQ_WAKEUP_NEW_RAW_TP,
-            "sched_wakeup_new",
-        ),
-        (
-            names::RUNQ_SWITCH_TP_BTF,
-            names::RUNQ_SWITCH_RAW_TP,
-            "sched_switch",
-        ),
-    ];
+    let tracepoint = "sched_switch";
     if *mode == ProbeMode::TpBtf {
         let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", error_chain(&e)))?;
-        for (name, _, tracepoint) in programs {
-            let program: &mut BtfTracePoint = program_as(&mut ebpf, name)?;
-            program
-                .load(tracepoint, &btf)
-                .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
-            program
-                .attach()
-                .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
-        }
+        let program: &mut BtfTracePoint = program_as(&mut ebpf, names::RUNQ_SWITCH_TP_BTF)?;
+        program
+            .load(tracepoint, &btf)
+            .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
+        program
+            .attach()
+            .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
     } else {
-        for (_, name, tracepoint) in programs {
-            let program: &mut RawTracePoint = program_as(&mut ebpf, name)?;
-            program
-                .load()
-                .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
-            program
-                .attach(tracepoint)
-                .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
-        }
+        let program: &mut RawTracePoint = program_as(&mut ebpf, names::RUNQ_SWITCH_RAW_TP)?;
+        program
+            .load()
+            .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
+        program
+            .attach(tracepoint)
+            .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
     }
     Ok(ebpf)
 }
 
-/// Capacity of the per-task map, for the metrics.
-#[must_use]
-pub fn waiting_tasks_capacity() -> u32 {
-    MAX_WAITING_TASKS
+/// Adds a count and a wait to a pair's total.
+fn add_pair(total: &mut PreemptValue, count: u64, wait_ns: u64) {
+    total.count = total.count.saturating_add(count);
+    total.wait_ns = total.wait_ns.saturating_add(wait_ns);
 }
 
 fn missing_map(map: &'static str) -> RunqlatError {

@@ -37,10 +37,6 @@ fn waits_outcome(result: Result<Option<String>, String>) -> Outcome {
 
 /// A victim in cgroup A and a preemptor in cgroup B on one CPU show up as the pair (A, B), and
 /// the waits attributed to A's preemptions agree with A's schedstat run-queue time.
-/// Waiting-task entries a quiet system may hold (tasks runnable at that moment, plus those
-/// woken while still running).
-const MAX_QUIET_WAITING: f64 = 64.0;
-
 pub fn preemption_pairs(ctx: &Context) -> Outcome {
     match run_pairs(ctx) {
         Ok(Some(detail)) => Outcome::Pass(detail),
@@ -207,22 +203,22 @@ fn run_pairs(ctx: &Context) -> Result<Option<String>, String> {
     if idle_pairs > 2.0 {
         return Err(format!("{summary}: the sleeper preempts or is preempted"));
     }
-    // Per-task state holds waiting tasks only: after thousands of waits, a quiet system has a
-    // handful of entries (an entry that outlived its wait would pile up here).
+    // The busy cgroups were moved from the hashes to counter slots after their first scrape
+    // (so most of the counts above went through slots), within the slots' capacity.
     let quiet = agent.scrape()?;
-    let entries = sample_value(&quiet, "qosd_bpf_map_entries", "map=\"RUNQ_WAIT_START\"");
-    let capacity = sample_value(&quiet, "qosd_bpf_map_capacity", "map=\"RUNQ_WAIT_START\"");
-    match (entries, capacity) {
-        (Some(n), Some(c)) if n <= MAX_QUIET_WAITING && (c - 16_384.0).abs() < 0.5 => {}
+    let slots = sample_value(&quiet, "qosd_bpf_map_entries", "map=\"RUNQ_BY_SLOT\"");
+    let capacity = sample_value(&quiet, "qosd_bpf_map_capacity", "map=\"RUNQ_BY_SLOT\"");
+    match (slots, capacity) {
+        (Some(n), Some(c)) if n >= 2.0 && n <= c && (c - 1024.0).abs() < 0.5 => {}
         other => {
             return Err(format!(
-                "{summary}; RUNQ_WAIT_START (entries, capacity) after the workload = {other:?}, want at most {MAX_QUIET_WAITING} of 16384"
+                "{summary}; RUNQ_BY_SLOT (slots used, capacity) after the workload = {other:?}, want at least the victim's and the preemptor's of 1024"
             ));
         }
     }
     Ok(Some(format!(
-        "{summary}; {} waiting-task entries left after the workload",
-        entries.unwrap_or_default()
+        "{summary}; {} counter slots in use",
+        slots.unwrap_or_default()
     )))
 }
 
