@@ -1,6 +1,6 @@
 //! `cargo xtask bench`'s eBPF overhead part: what qosd's kernel programs cost per event under
-//! a context-switch-heavy load, against a bpftrace run-queue-latency script on the same hooks
-//! measured in the same run.
+//! a context-switch-heavy load, against bpftrace's classic run-queue-latency script measured in
+//! the same run.
 //!
 //! With `kernel.bpf_stats_enabled=1` the kernel keeps `run_time_ns` and `run_cnt` per program,
 //! shown in `/proc/<pid>/fdinfo/<fd>` of every program fd a process holds. For qosd (probes
@@ -24,8 +24,9 @@ const LOAD: Duration = Duration::from_secs(10);
 const SWITCH_TARGET_NS: f64 = 100.0;
 const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
-/// bpftrace's classic run-queue latency measurement on the hooks qosd uses (wakeup, wakeup of
-/// a new task, switch; a task switched out runnable starts waiting again).
+/// bpftrace's classic run-queue latency measurement (wakeup, wakeup of a new task, switch; a
+/// task switched out runnable starts waiting again). qosd needs only sched_switch: it reads
+/// the waits the kernel's `sched_info` already keeps.
 const BPFTRACE_RUNQLAT: &str = r"
 tracepoint:sched:sched_wakeup, tracepoint:sched:sched_wakeup_new { @start[args->pid] = nsecs; }
 tracepoint:sched:sched_switch {
