@@ -9,8 +9,11 @@ use crate::harness::{Context, Outcome, fail};
 const METRIC: &str = "qosd_cgroup_cpu_seconds_total";
 /// Allowed relative difference between qosd and the kernel.
 const TOLERANCE: f64 = 0.05;
-/// Allowed absolute difference for the sleeping workload.
-const IDLE_SLACK_SECONDS: f64 = 0.03;
+/// Allowed absolute difference for the sleeping workload. Its shell starts in the parent's
+/// cgroup and then moves itself in; when the start-up and the move fall in one slice, qosd
+/// charges the whole slice to the cgroup the task is in when it leaves the CPU, while the
+/// kernel splits it at the move. Under emulation that start-up is 20 to 35 ms.
+const IDLE_SLACK_SECONDS: f64 = 0.06;
 /// How long the busy workload spins.
 const BUSY_SECONDS: &str = "3";
 
