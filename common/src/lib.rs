@@ -56,6 +56,9 @@ pub struct RunningTask {
     /// Its `task->cgroups` (`struct css_set *`) when `cgroup_id` was read: while the task's
     /// css_set is unchanged so is its cgroup, and the walk to the id can be skipped.
     pub css_set: u64,
+    /// Its `struct task_struct *`, compared with the next switch's `prev` (never followed):
+    /// equal, it is the same task, so its pid need not be read again. 0 when unknown.
+    pub task: u64,
     /// Its pid (kernel task id); 0 for the idle task or before the first switch.
     pub pid: u32,
     /// The counter slot of `cgroup_id`, or [`NO_SLOT`].
@@ -113,23 +116,11 @@ pub struct SchedOffsets {
     pub tg_css: u32,
     /// `cfs_rq.throttled` (`int`): non-zero while the cfs_rq is throttled.
     pub cfs_rq_throttled: u32,
-    /// `task_struct.se.cfs_rq` (`struct cfs_rq *`): for a task on this CPU, a cfs_rq of this
-    /// CPU's run queue.
-    pub task_se_cfs_rq: u32,
-    /// `cfs_rq.rq` (`struct rq *`).
-    pub cfs_rq_rq: u32,
-    /// `rq.clock` (`u64`): the run queue's clock, read by __schedule just before the switch;
-    /// the clock the kernel's `sched_info` timestamps come from.
-    pub rq_clock: u32,
     /// `task_struct.sched_info.run_delay` (`unsigned long long`): nanoseconds the task has
     /// waited on a run queue, up to its last arrival on a CPU.
     pub task_run_delay: u32,
-    /// `task_struct.sched_info.last_arrival` (`unsigned long long`): run-queue clock of its
-    /// last arrival on a CPU.
-    pub task_last_arrival: u32,
-    /// `task_struct.sched_info.last_queued` (`unsigned long long`): run-queue clock of its
-    /// enqueue while it waits, 0 otherwise.
-    pub task_last_queued: u32,
+    /// `task_struct.sched_info.pcount` (`unsigned long`): arrivals on a CPU after a wait.
+    pub task_pcount: u32,
     /// 1 when the offsets are filled in; 0 means "not configured" and the programs count nothing.
     pub configured: u32,
     /// Padding, always 0.
@@ -137,12 +128,12 @@ pub struct SchedOffsets {
 }
 
 /// What the run-queue program keeps of a task when it leaves a CPU, in a fixed array of
-/// [`MAX_TASK_WAITS`] entries indexed by [`task_wait_index`] (tasks whose pids collide
-/// overwrite each other, and such a task's next wait is taken from its last enqueue only). The kernel's own
-/// `sched_info` supplies the wait: when the task next arrives, it waited the growth of its
-/// `run_delay` (waits on other run queues it was moved from) plus the time since its last
-/// enqueue. An entry is valid for the arrival after the one it records (`arrival_ns` equal to
-/// the task's `last_arrival`), so stale or reused entries never match.
+/// [`MAX_TASK_WAITS`] entries indexed by [`task_wait_index`]. The kernel's own `sched_info`
+/// supplies the wait: by the task's next departure, the kernel has added the wait its arrival
+/// ended (and any part waited on a run queue it was moved off) to `run_delay`, so the growth
+/// of `run_delay` since the entry is that wait. Tasks whose pids collide overwrite each other
+/// (the pid tells), and the next wait of a task that lost its entry is not measured. An
+/// exiting task clears its entry, so a reused pid never finds its predecessor's.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskWait {
@@ -150,8 +141,8 @@ pub struct TaskWait {
     pub pid: u32,
     /// Padding, always 0.
     pub pad: u32,
-    /// Its `sched_info.last_arrival` when it left the CPU.
-    pub arrival_ns: u64,
+    /// Its `sched_info.pcount` when it left the CPU: arrivals can only add to it.
+    pub pcount: u64,
     /// Its `sched_info.run_delay` when it left the CPU.
     pub run_delay_ns: u64,
     /// When it was preempted (left the CPU still runnable), its cgroup; 0 otherwise.
@@ -246,9 +237,21 @@ pub struct HistBucket {
 /// Highest log2 bucket the programs record; longer waits land here.
 pub const HIST_MAX_BUCKET: u32 = 40;
 
+/// Bit length of each byte value (0 for 0): the last step of [`log2_bucket`].
+static BIT_LENGTH_OF_BYTE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut i = 1;
+    while i < 256 {
+        table[i] = table[i / 2] + 1;
+        i += 1;
+    }
+    table
+};
+
 /// The log2 bucket of `v` nanoseconds: `b` such that `2^(b-1) <= v < 2^b` (0 for 0), capped
 /// at [`HIST_MAX_BUCKET`]. BPF has no count-leading-zeros instruction (LLVM expands
-/// `leading_zeros` into some 45 instructions), so this halves the range six times instead.
+/// `leading_zeros` into some 45 instructions), so this halves the range three times and looks
+/// the last byte up in a table.
 #[must_use]
 #[inline(always)]
 pub fn log2_bucket(v: u64) -> u32 {
@@ -256,14 +259,14 @@ pub fn log2_bucket(v: u64) -> u32 {
         return HIST_MAX_BUCKET;
     }
     let (mut x, mut b) = (v, 0u32);
-    for shift in [32u32, 16, 8, 4, 2, 1] {
+    for shift in [32u32, 16, 8] {
         if x >> shift != 0 {
             x >>= shift;
             b += shift;
         }
     }
-    // x is now 0 or 1.
-    b + x as u32
+    // x is now below 256; the mask keeps the bound visible to the BPF verifier.
+    b + u32::from(BIT_LENGTH_OF_BYTE[(x & 0xff) as usize])
 }
 
 /// Key of the preemption-pair counters.
@@ -294,10 +297,10 @@ pub struct RunqStats {
     pub switches: u64,
     /// Waits recorded.
     pub waits: u64,
-    /// Waits recorded whose task had no valid entry of its previous departure (first seen,
-    /// or its entry overwritten by a task with colliding pid bits): recorded from the task's
-    /// last enqueue, so a part waited on another run queue before a move is missed.
-    pub partial_waits: u64,
+    /// Waits that could not be measured because the task had no valid entry of its previous
+    /// departure: a task first seen after its first arrival (one wait per task already
+    /// running when the probe attached), or one whose entry a task with colliding pid bits took.
+    pub unmeasured_waits: u64,
     /// Waits that could not be recorded (a map full or busy).
     pub dropped: u64,
     /// Events whose task or cgroup could not be read from kernel memory.

@@ -106,6 +106,8 @@ pub(crate) struct Direct;
 impl KernelRead for Direct {
     #[inline(always)]
     fn read<T: Copy>(base: *const u8, offset: u32) -> Result<T, ()> {
+        // Not only for the meaning: without it the compiler folds a null base into a load from
+        // a constant address, which the verifier refuses.
         if base.is_null() {
             return Err(());
         }
@@ -137,8 +139,8 @@ fn offsets() -> &'static KernelOffsets {
 /// Charges the slice that just ended to `prev`'s cgroup as it is now (a task that moved
 /// itself into a cgroup while running is charged to the new one), then starts timing `next`.
 /// `prev` is the task the previous switch on this CPU switched in: while its css_set is the
-/// one seen then, its cgroup id and slot are the ones remembered, so most switches walk one
-/// task's cgroup chain instead of two.
+/// one seen then, its cgroup id and slot are the ones remembered, and `next` in the same
+/// css_set shares them, so a switch walks at most one task's cgroup chain and often none.
 #[inline(always)]
 fn on_switch<R: KernelRead>(prev: *const u8, next: *const u8) {
     let Some(stats) = CPU_TIME_STATS.get_ptr_mut(0) else {
@@ -157,108 +159,156 @@ fn on_switch<R: KernelRead>(prev: *const u8, next: *const u8) {
         return;
     }
 
-    if running.pid != 0 {
-        charge_prev::<R>(prev, running, off, stats);
-    }
+    let prev_cgroup = if running.pid == 0 {
+        TaskCgroup::UNKNOWN
+    } else {
+        charge_prev::<R>(prev, running, off, stats)
+    };
     let runtime = R::read::<u64>(next, off.task_sum_exec_runtime);
-    match (remember::<R>(next, running, off), runtime) {
+    match (remember::<R>(next, running, off, prev_cgroup), runtime) {
         (Ok(()), Ok(runtime)) => running.start_runtime_ns = runtime,
         _ => {
             stats.read_errors += 1;
             running.pid = 0;
+            running.task = 0;
         }
     }
 }
 
-/// Charges `prev`'s slice, if `prev` is the task `running` describes.
+/// Charges `prev`'s slice, if `prev` is the task `running` describes; returns its cgroup as
+/// read now, or [`TaskCgroup::UNKNOWN`].
 #[inline(always)]
 fn charge_prev<R: KernelRead>(
     prev: *const u8,
     running: &RunningTask,
     off: &KernelOffsets,
     stats: &mut ProbeStats,
-) {
-    // One read after the other: a tuple of reads lets the compiler load a value whose read
-    // failed, which 5.10's verifier refuses (an uninitialised stack slot).
-    let Ok(pid) = R::read::<u32>(prev, off.task_pid) else {
-        stats.read_errors += 1;
-        return;
-    };
-    if pid != running.pid {
-        return;
+) -> TaskCgroup {
+    // `prev` is the task the last switch here switched in, unless that switch could not read
+    // it (or this is the first): the address says which, without a read.
+    if prev as u64 != running.task {
+        return TaskCgroup::UNKNOWN;
     }
+    let pid = running.pid;
     let Ok(runtime) = R::read::<u64>(prev, off.task_sum_exec_runtime) else {
         stats.read_errors += 1;
-        return;
+        return TaskCgroup::UNKNOWN;
     };
-    if runtime <= running.start_runtime_ns {
-        return;
+    let Ok(found) = cgroup_and_slot::<R>(prev, pid, running, off) else {
+        stats.read_errors += 1;
+        return TaskCgroup::UNKNOWN;
+    };
+    if runtime > running.start_runtime_ns && found.cgroup_id != 0 {
+        add_cpu_ns(found, runtime - running.start_runtime_ns, stats);
     }
-    let delta = runtime - running.start_runtime_ns;
-    let (cgroup, slot) = match cgroup_and_slot::<R>(prev, pid, running, off) {
-        Ok((0, _)) => return,
-        Ok(found) => found,
-        Err(()) => {
-            stats.read_errors += 1;
-            return;
-        }
-    };
-    if let Some(total) = CPU_NS_BY_SLOT.get_ptr_mut(slot) {
+    found
+}
+
+/// Adds `delta` nanoseconds on CPU to `cgroup`'s counter.
+#[inline(always)]
+fn add_cpu_ns(cgroup: TaskCgroup, delta: u64, stats: &mut ProbeStats) {
+    if let Some(total) = CPU_NS_BY_SLOT.get_ptr_mut(cgroup.slot) {
         // SAFETY: this CPU's element of the slot array; per-CPU elements are only written by
         // this CPU with preemption disabled.
         unsafe { *total += delta };
-    } else if let Some(total) = CGROUP_CPU_NS.get_ptr_mut(cgroup) {
+    } else if let Some(total) = CGROUP_CPU_NS.get_ptr_mut(cgroup.cgroup_id) {
         // SAFETY: this CPU's slot of an existing element, as above.
         unsafe { *total += delta };
-    } else if CGROUP_CPU_NS.insert(cgroup, delta, BPF_ANY).is_err() {
+    } else if CGROUP_CPU_NS
+        .insert(cgroup.cgroup_id, delta, BPF_ANY)
+        .is_err()
+    {
         stats.dropped += 1;
     }
 }
 
+/// A task's css_set as read in this switch, and the cgroup id and counter slot behind it.
+/// (Not an `Option`: the compiler may load an absent payload from the stack, which 5.10's
+/// verifier refuses as a read of uninitialised stack.)
+#[derive(Clone, Copy)]
+pub(crate) struct TaskCgroup {
+    /// `struct css_set *`; 0 when unknown.
+    pub(crate) css_set: u64,
+    pub(crate) cgroup_id: u64,
+    pub(crate) slot: u32,
+}
+
+impl TaskCgroup {
+    /// No task's cgroup: matches no css_set.
+    pub(crate) const UNKNOWN: Self = Self {
+        css_set: 0,
+        cgroup_id: 0,
+        slot: NO_SLOT,
+    };
+}
+
 /// Notes in `running` the task switched in: its pid, css_set, cgroup id and slot (all 0 or
-/// [`NO_SLOT`] for the idle task).
+/// [`NO_SLOT`] for the idle task). `prev_cgroup` is the switched-out task's cgroup as read in
+/// this switch: a task switching to one in the same css_set (threads of one container taking
+/// turns) is in the same cgroup, so the walk to its id is skipped. The css_set is alive while
+/// `prev` holds it, so its address cannot meanwhile have been reused for another.
 #[inline(always)]
 pub(crate) fn remember<R: KernelRead>(
     next: *const u8,
     running: &mut RunningTask,
     off: &KernelOffsets,
+    prev_cgroup: TaskCgroup,
 ) -> Result<(), ()> {
     running.pid = 0;
+    running.task = 0;
     let pid: u32 = R::read(next, off.task_pid)?;
-    let (cgroup_id, css_set) = if pid == 0 {
-        (0, 0)
+    let cgroup = if pid == 0 {
+        TaskCgroup::UNKNOWN
     } else {
-        let css_set: *const u8 = R::read(next, off.task_cgroups)?;
-        (css_set_cgroup_id::<R>(css_set, off)?, css_set as u64)
+        let css_set: u64 = R::read(next, off.task_cgroups)?;
+        if css_set != 0 && css_set == prev_cgroup.css_set {
+            prev_cgroup
+        } else {
+            css_set_cgroup::<R>(css_set, off)?
+        }
     };
-    running.cgroup_id = cgroup_id;
-    running.css_set = css_set;
-    running.slot = match cgroup_id {
-        0 => NO_SLOT,
-        id => slots::slot_of(id),
-    };
+    running.cgroup_id = cgroup.cgroup_id;
+    running.css_set = cgroup.css_set;
+    running.slot = cgroup.slot;
     running.pid = pid;
+    running.task = next as u64;
     Ok(())
 }
 
-/// The cgroup id and slot of `task` (pid `pid`), which `running` describes if the pid
-/// matches: while its css_set is the one seen when it was switched in, so are its cgroup and
-/// slot, and the walk is skipped.
+/// The cgroup of `task` (pid `pid`, not 0), which `running` describes if the pid matches:
+/// while its css_set is the one seen when it was switched in, so are its cgroup and slot, and
+/// the walk is skipped.
 #[inline(always)]
 pub(crate) fn cgroup_and_slot<R: KernelRead>(
     task: *const u8,
     pid: u32,
     running: &RunningTask,
     off: &KernelOffsets,
-) -> Result<(u64, u32), ()> {
+) -> Result<TaskCgroup, ()> {
     let css_set: u64 = R::read(task, off.task_cgroups)?;
-    if pid != 0 && running.pid == pid && css_set == running.css_set {
-        return Ok((running.cgroup_id, running.slot));
+    if running.pid == pid && css_set == running.css_set {
+        return Ok(TaskCgroup {
+            css_set,
+            cgroup_id: running.cgroup_id,
+            slot: running.slot,
+        });
     }
-    match task_cgroup_id::<R>(task, off)? {
-        0 => Ok((0, NO_SLOT)),
-        id => Ok((id, slots::slot_of(id))),
-    }
+    css_set_cgroup::<R>(css_set, off)
+}
+
+/// The cgroup behind `css_set` (a task's, not the idle task's) and its slot.
+#[inline(always)]
+fn css_set_cgroup<R: KernelRead>(css_set: u64, off: &KernelOffsets) -> Result<TaskCgroup, ()> {
+    let cgroup_id = css_set_cgroup_id::<R>(css_set as *const u8, off)?;
+    let slot = match cgroup_id {
+        0 => NO_SLOT,
+        id => slots::slot_of(id),
+    };
+    Ok(TaskCgroup {
+        css_set,
+        cgroup_id,
+        slot,
+    })
 }
 
 /// The cgroup id of `task`, or 0 for the idle task (pid 0), which belongs to no workload.

@@ -1,16 +1,16 @@
 //! Run-queue latency, preemption pairs and CFS throttle episodes.
 //!
 //! `runq_switch_*` (sched_switch; `tp_btf` and `raw_tp` flavours): the kernel already times
-//! every wait in `task->sched_info` (the enqueue stamp `last_queued` and the running total
-//! `run_delay`, on the run queue's clock), so this handler reads no clock and needs no wakeup
-//! hook. When a task leaves a CPU its `run_delay` and `last_arrival` go into [`TASK_WAITS`]
-//! (an array indexed by pid, not a hash); when it next arrives, its wait is the
-//! growth of `run_delay` (parts waited on run queues it was moved off) plus the time since its
-//! last enqueue, which is exactly what the kernel then adds to `run_delay`. The wait goes into
-//! a log2 histogram of the task's cgroup: the cgroup's counter slot ([`crate::slots`]), or a
-//! per-CPU hash for a cgroup without one. A task switched out while still runnable was
-//! preempted: that is counted against the (victim cgroup, preemptor cgroup) pair in the
-//! victim's slot (or the pair hash), and its next wait is charged to the pair as well.
+//! every wait in `task->sched_info`: it adds each wait on a run queue to `run_delay` when the
+//! wait ends (the task arrives on a CPU, or is moved off a run queue while waiting). So this
+//! handler reads no clock and needs no wakeup hook: when a task leaves a CPU, the growth of
+//! its `run_delay` since its previous departure (kept in [`TASK_WAITS`], an array indexed by
+//! pid, not a hash) is the wait that preceded the slice just ended. The wait goes into a log2
+//! histogram of the task's cgroup: the cgroup's counter slot ([`crate::slots`]), or a per-CPU
+//! hash for a cgroup without one. A task switched out while still runnable was preempted: its
+//! entry names the (victim cgroup, preemptor cgroup) pair, and at its next departure the
+//! preemption and the wait it caused are counted against the pair, in the victim's slot (or
+//! the pair hash).
 //!
 //! `throttle_cfs_rq_fexit` / `unthrottle_cfs_rq_fentry`: one throttle episode per `cfs_rq`
 //! (a cgroup on one CPU), from the moment `throttle_cfs_rq` left it throttled to
@@ -27,7 +27,7 @@ use qosd_common::{
     RunqStats, SchedOffsets, TaskWait, log2_bucket, task_wait_index,
 };
 
-use crate::{Direct, KernelRead, Probed, cgroup_and_slot, offsets, read_at, remember};
+use crate::{Direct, KernelRead, Probed, TaskCgroup, cgroup_and_slot, offsets, read_at, remember};
 
 /// Offsets beyond [`KernelOffsets`], written by user space before load.
 #[unsafe(no_mangle)]
@@ -36,12 +36,8 @@ static QOSD_SCHED_OFFSETS: SchedOffsets = SchedOffsets {
     cfs_rq_tg: 0,
     tg_css: 0,
     cfs_rq_throttled: 0,
-    task_se_cfs_rq: 0,
-    cfs_rq_rq: 0,
-    rq_clock: 0,
     task_run_delay: 0,
-    task_last_arrival: 0,
-    task_last_queued: 0,
+    task_pcount: 0,
     configured: 0,
     pad: 0,
 };
@@ -85,6 +81,10 @@ static THROTTLE_HIST: PerCpuHashMap<HistKey, HistBucket> =
 
 const BPF_ANY: u64 = 0;
 const BPF_NOEXIST: u64 = 1;
+/// `TASK_RUNNING`: a task in this state when it leaves a CPU was preempted.
+const TASK_RUNNING: u32 = 0;
+/// `TASK_DEAD`: the state of a task's last switch out.
+const TASK_DEAD: u32 = 0x80;
 
 #[btf_tracepoint(function = "sched_switch")]
 #[expect(
@@ -130,26 +130,6 @@ fn now_ns() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// What a switch needs of a task's `sched_info`.
-struct SchedInfo {
-    pid: u32,
-    run_delay: u64,
-    last_arrival: u64,
-}
-
-#[inline(always)]
-fn sched_info<R: KernelRead>(
-    task: *const u8,
-    off: &KernelOffsets,
-    soff: &SchedOffsets,
-) -> Result<SchedInfo, ()> {
-    Ok(SchedInfo {
-        pid: R::read(task, off.task_pid)?,
-        run_delay: R::read(task, soff.task_run_delay)?,
-        last_arrival: R::read(task, soff.task_last_arrival)?,
-    })
-}
-
 #[inline(always)]
 fn on_switch<R: KernelRead>(preempt: bool, prev: *const u8, next: *const u8) {
     let Some(stats) = stats() else {
@@ -168,143 +148,181 @@ fn on_switch<R: KernelRead>(preempt: bool, prev: *const u8, next: *const u8) {
     // only this invocation touches this CPU's element meanwhile.
     let running = unsafe { &mut *running };
     // `running` describes `prev` (the task the previous switch here switched in) until it is
-    // overwritten with `next`, whose cgroup both halves need.
-    let prev_task = *running;
-    if remember::<R>(next, running, off).is_err() {
+    // overwritten with `next`.
+    let leaving = leaving::<R>(preempt, prev, running, off, soff, stats);
+    if remember::<R>(next, running, off, leaving.cgroup).is_err() {
         stats.read_errors += 1;
-        return;
     }
-    switched_out::<R>(preempt, prev, &prev_task, running, off, soff, stats);
-    switched_in::<R>(next, running, soff, stats);
+    if leaving.pid != 0 {
+        departed::<R>(prev, &leaving, running.cgroup_id, soff, stats);
+    }
 }
 
-/// `prev` leaves the CPU: its `sched_info` is kept for its next arrival; if it is still
-/// runnable it was preempted by `next`, which is counted against the pair.
+/// What the switch needs to know of the task leaving the CPU (not an `Option`, for the
+/// reason given at [`TaskCgroup`]).
+#[derive(Clone, Copy)]
+struct Leaving {
+    /// 0 for the idle task, or when it could not be read.
+    pid: u32,
+    /// Still runnable: preempted.
+    preempted: bool,
+    /// Exiting: its entry is cleared.
+    dead: bool,
+    /// Its cgroup as read now (no walk unless its css_set changed since it arrived).
+    cgroup: TaskCgroup,
+}
+
+/// The task leaving the CPU.
 #[inline(always)]
-fn switched_out<R: KernelRead>(
+fn leaving<R: KernelRead>(
     preempt: bool,
     prev: *const u8,
     prev_task: &RunningTask,
-    next_task: &RunningTask,
     off: &KernelOffsets,
     soff: &SchedOffsets,
     stats: &mut RunqStats,
-) {
-    let (Ok(info), Ok(state)) = (
-        sched_info::<R>(prev, off, soff),
-        R::read::<u32>(prev, soff.task_state),
-    ) else {
+) -> Leaving {
+    let none = Leaving {
+        pid: 0,
+        preempted: false,
+        dead: false,
+        cgroup: TaskCgroup::UNKNOWN,
+    };
+    // `prev` is the task the last switch here switched in, unless that switch could not read
+    // it (or this is the first): the address says which, without a read.
+    let pid = if prev as u64 == prev_task.task {
+        prev_task.pid
+    } else if let Ok(pid) = R::read::<u32>(prev, off.task_pid) {
+        pid
+    } else {
         stats.read_errors += 1;
-        return;
+        return none;
     };
-    if info.pid == 0 {
-        return;
+    if pid == 0 {
+        return none;
     }
-    let (mut victim, mut preemptor) = (0, 0);
-    if (preempt || state == 0) && next_task.cgroup_id != 0 {
-        match cgroup_and_slot::<R>(prev, info.pid, prev_task, off) {
-            Ok((0, _)) => {}
-            Ok((cgroup, slot)) => {
-                (victim, preemptor) = (cgroup, next_task.cgroup_id);
-                add_pair(victim, slot, preemptor, 1, 0, stats);
-            }
-            Err(()) => stats.read_errors += 1,
-        }
-    }
-    let Some(entry) = TASK_WAITS.get_ptr_mut(task_wait_index(info.pid)) else {
-        return;
+    // A preempted task is runnable, so its state only matters for a switch that is not a
+    // preemption.
+    let state = if preempt {
+        TASK_RUNNING
+    } else if let Ok(state) = R::read::<u32>(prev, soff.task_state) {
+        state
+    } else {
+        stats.read_errors += 1;
+        return none;
     };
-    // The entry may be written at the same moment by another CPU for a task whose pid has the
-    // same low bits: `pid` goes to 0 first and is set last (in this order on x86's ordered
-    // stores), so a reader that sees the same pid before and after its reads saw one writer.
-    // SAFETY: `entry` points into the array's value, valid for the program's run; volatile
-    // keeps the compiler from reordering or merging the stores.
-    unsafe {
-        core::ptr::write_volatile(&raw mut (*entry).pid, 0);
-        core::ptr::write_volatile(&raw mut (*entry).arrival_ns, info.last_arrival);
-        core::ptr::write_volatile(&raw mut (*entry).run_delay_ns, info.run_delay);
-        core::ptr::write_volatile(&raw mut (*entry).victim_cgroup, victim);
-        core::ptr::write_volatile(&raw mut (*entry).preemptor_cgroup, preemptor);
-        core::ptr::write_volatile(&raw mut (*entry).pid, info.pid);
+    let Ok(cgroup) = cgroup_and_slot::<R>(prev, pid, prev_task, off) else {
+        stats.read_errors += 1;
+        return none;
+    };
+    Leaving {
+        pid,
+        preempted: state == TASK_RUNNING,
+        dead: state & TASK_DEAD != 0,
+        cgroup,
     }
 }
 
-/// `next` takes the CPU: the wait that ends now goes into its cgroup's histogram, and into
-/// its pair's if it was preempted.
+/// `prev` leaves the CPU. Its `sched_info` now includes the wait its arrival ended: the
+/// growth of `run_delay` since its entry was written (at its previous departure) goes into its
+/// cgroup's histogram; if it was then preempted, the preemption and that wait count against
+/// the (victim, preemptor) pair its entry names. If it is preempted now, by a task in cgroup
+/// `preemptor`, the entry it leaves names that pair.
 #[inline(always)]
-fn switched_in<R: KernelRead>(
-    next: *const u8,
-    next_task: &RunningTask,
+fn departed<R: KernelRead>(
+    prev: *const u8,
+    leaving: &Leaving,
+    preemptor: u64,
     soff: &SchedOffsets,
     stats: &mut RunqStats,
 ) {
-    if next_task.pid == 0 || next_task.cgroup_id == 0 {
-        return;
-    }
-    let (Ok(run_delay), Ok(last_arrival), Ok(last_queued), Ok(clock)) = (
-        R::read::<u64>(next, soff.task_run_delay),
-        R::read::<u64>(next, soff.task_last_arrival),
-        R::read::<u64>(next, soff.task_last_queued),
-        rq_clock::<R>(next, soff),
+    let (Ok(run_delay), Ok(pcount)) = (
+        R::read::<u64>(prev, soff.task_run_delay),
+        R::read::<u64>(prev, soff.task_pcount),
     ) else {
         stats.read_errors += 1;
         return;
     };
-    // The part waited on this run queue, as the kernel is about to add it to run_delay.
-    let queued = if last_queued != 0 && clock > last_queued {
-        clock - last_queued
-    } else {
-        0
+    let Some(entry) = TASK_WAITS.get_ptr_mut(task_wait_index(leaving.pid)) else {
+        return;
     };
-    let (wait, victim, preemptor) = match departure(next_task.pid, last_arrival) {
-        Some(left) if run_delay >= left.run_delay_ns => (
-            run_delay - left.run_delay_ns + queued,
-            left.victim_cgroup,
-            left.preemptor_cgroup,
+    let (wait, pair) = match previous_departure(entry, leaving.pid) {
+        Some(left) if left.pcount <= pcount && run_delay >= left.run_delay_ns => (
+            run_delay - left.run_delay_ns,
+            (left.victim_cgroup, left.preemptor_cgroup),
         ),
+        // Its first arrival: all it waited since it was forked.
+        _ if pcount == 1 => (run_delay, (0, 0)),
         _ => {
-            stats.partial_waits += 1;
-            (queued, 0, 0)
+            stats.unmeasured_waits += 1;
+            (0, (0, 0))
         }
     };
-    if wait == 0 {
+    let cgroup = leaving.cgroup;
+    let preempted = leaving.preempted && cgroup.cgroup_id != 0 && preemptor != 0;
+    let mut left = TaskWait {
+        pid: if leaving.dead { 0 } else { leaving.pid },
+        pcount,
+        run_delay_ns: run_delay,
+        ..TaskWait::default()
+    };
+    if preempted {
+        (left.victim_cgroup, left.preemptor_cgroup) = (cgroup.cgroup_id, preemptor);
+    }
+    store_task_wait(entry, &left);
+    let (victim, preemptor) = pair;
+    if victim != 0 && preemptor != 0 {
+        let victim_slot = if victim == cgroup.cgroup_id {
+            cgroup.slot
+        } else {
+            crate::slots::slot_of(victim)
+        };
+        add_pair(victim, victim_slot, preemptor, 1, wait, stats);
+    }
+    if wait == 0 || cgroup.cgroup_id == 0 {
         return;
     }
-    let cgroup = next_task.cgroup_id;
-    if hist_add_slot(next_task.slot, wait) {
+    if hist_add_slot(cgroup.slot, wait) {
         stats.waits += 1;
-    } else if hist_add(&RUNQ_HIST, cgroup, wait) {
+    } else if hist_add(&RUNQ_HIST, cgroup.cgroup_id, wait) {
         stats.dropped += 1;
     } else {
         stats.waits += 1;
     }
-    if victim != 0 && preemptor != 0 {
-        let victim_slot = if victim == cgroup {
-            next_task.slot
-        } else {
-            crate::slots::slot_of(victim)
-        };
-        add_pair(victim, victim_slot, preemptor, 0, wait, stats);
+}
+
+/// Writes `left` into `entry`. The entry may be written at the same moment by another CPU for
+/// a task whose pid shares it: `pid` goes to 0 first and is set last (in this order on x86's
+/// ordered stores), so a reader that sees the same pid before and after its reads saw one
+/// writer.
+#[inline(always)]
+fn store_task_wait(entry: *mut TaskWait, left: &TaskWait) {
+    // SAFETY: `entry` points into the array's value, valid for the program's run; volatile
+    // keeps the compiler from reordering or merging the stores.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*entry).pid, 0);
+        core::ptr::write_volatile(&raw mut (*entry).pcount, left.pcount);
+        core::ptr::write_volatile(&raw mut (*entry).run_delay_ns, left.run_delay_ns);
+        core::ptr::write_volatile(&raw mut (*entry).victim_cgroup, left.victim_cgroup);
+        core::ptr::write_volatile(&raw mut (*entry).preemptor_cgroup, left.preemptor_cgroup);
+        core::ptr::write_volatile(&raw mut (*entry).pid, left.pid);
     }
 }
 
-/// The entry task `pid` left at its last departure, if it is still there: its arrival stamp
-/// is the task's `last_arrival` (the kernel updates it only after this handler).
+/// What task `pid` left in `entry` at its previous departure, if it is still there.
 #[inline(always)]
-fn departure(pid: u32, last_arrival: u64) -> Option<TaskWait> {
-    let entry = TASK_WAITS.get_ptr(task_wait_index(pid))?;
-    // SAFETY: `entry` points into the array's value; see `switched_out` for the order in
+fn previous_departure(entry: *const TaskWait, pid: u32) -> Option<TaskWait> {
+    // SAFETY: `entry` points into the array's value; see `store_task_wait` for the order in
     // which a writer stores the fields.
     let (before, left, after) = unsafe {
         let before = core::ptr::read_volatile(&raw const (*entry).pid);
         let left = TaskWait {
             pid: before,
-            pad: 0,
-            arrival_ns: core::ptr::read_volatile(&raw const (*entry).arrival_ns),
+            pcount: core::ptr::read_volatile(&raw const (*entry).pcount),
             run_delay_ns: core::ptr::read_volatile(&raw const (*entry).run_delay_ns),
             victim_cgroup: core::ptr::read_volatile(&raw const (*entry).victim_cgroup),
             preemptor_cgroup: core::ptr::read_volatile(&raw const (*entry).preemptor_cgroup),
-            pad_line: [0; 3],
+            ..TaskWait::default()
         };
         (
             before,
@@ -312,15 +330,7 @@ fn departure(pid: u32, last_arrival: u64) -> Option<TaskWait> {
             core::ptr::read_volatile(&raw const (*entry).pid),
         )
     };
-    (before == pid && after == pid && left.arrival_ns == last_arrival).then_some(left)
-}
-
-/// The clock of the run queue `task` is on: `task->se.cfs_rq->rq->clock`.
-#[inline(always)]
-fn rq_clock<R: KernelRead>(task: *const u8, soff: &SchedOffsets) -> Result<u64, ()> {
-    let cfs_rq: *const u8 = R::read(task, soff.task_se_cfs_rq)?;
-    let rq: *const u8 = R::read(cfs_rq, soff.cfs_rq_rq)?;
-    R::read(rq, soff.rq_clock)
+    (before == pid && after == pid).then_some(left)
 }
 
 /// Adds to the (victim, preemptor) pair: in a cell of the victim's slot when it has one with

@@ -63,8 +63,8 @@ const CGROUP_PREEMPTIONS_HELP: &str = "Preemptions per (victim cgroup, preemptor
 const CGROUP_PREEMPT_WAIT: &str = "qosd_cgroup_preemption_wait_seconds_total";
 const CGROUP_PREEMPT_WAIT_HELP: &str =
     "Time preempted tasks then waited for a CPU, per (victim cgroup, preemptor cgroup) pair";
-const PARTIAL_WAITS: &str = "qosd_runqueue_partial_waits_total";
-const PARTIAL_WAITS_HELP: &str = "Waits recorded from the task's last enqueue only (its previous departure was not seen, or a task with colliding pid bits overwrote it), which miss any part waited on a run queue the task was moved off";
+const UNMEASURED_WAITS: &str = "qosd_runqueue_unmeasured_waits_total";
+const UNMEASURED_WAITS_HELP: &str = "Waits not measured because the task's previous departure was not seen (one per task already running when the probe attached) or a task with colliding pid bits took its entry";
 const EPISODES: &str = "qosd_cpu_throttle_episode_seconds";
 const EPISODES_HELP: &str = "Duration of each CFS throttle episode of a cgroup on one CPU (throttle_cfs_rq to unthrottle_cfs_rq)";
 
@@ -122,7 +122,7 @@ impl RunqCollector {
                 &["victim_cgroup", "preemptor_cgroup"],
             )?,
             desc(EPISODES, EPISODES_HELP, &["cgroup"])?,
-            desc(PARTIAL_WAITS, PARTIAL_WAITS_HELP, &[])?,
+            desc(UNMEASURED_WAITS, UNMEASURED_WAITS_HELP, &[])?,
         ];
         Ok(Self {
             state: Mutex::new(State {
@@ -243,10 +243,10 @@ impl Collector for RunqCollector {
                 pair_waits,
             ),
             family(
-                PARTIAL_WAITS,
-                PARTIAL_WAITS_HELP,
+                UNMEASURED_WAITS,
+                UNMEASURED_WAITS_HELP,
                 MetricType::COUNTER,
-                [(Vec::new(), as_f64(sample.stats.partial_waits))],
+                [(Vec::new(), as_f64(sample.stats.unmeasured_waits))],
             ),
         ];
         if state.source.episodes_live() {
@@ -383,7 +383,7 @@ mod tests {
                 },
             )]),
             stats: qosd_common::RunqStats {
-                partial_waits: 7,
+                unmeasured_waits: 7,
                 ..qosd_common::RunqStats::default()
             },
             ..RunqSample::default()
@@ -414,7 +414,7 @@ mod tests {
             "qosd_preemptions_total{preemptor_qos_class=\"besteffort\",victim_qos_class=\"none\"} 4",
             "qosd_preemption_wait_seconds_total{preemptor_qos_class=\"besteffort\",victim_qos_class=\"none\"} 2",
             "qosd_cgroup_preemptions_total{preemptor_cgroup=\"/b\",victim_cgroup=\"/a\"} 4",
-            "qosd_runqueue_partial_waits_total 7",
+            "qosd_runqueue_unmeasured_waits_total 7",
         ] {
             assert!(text.contains(want), "missing {want}:\n{text}");
         }

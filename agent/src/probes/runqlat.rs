@@ -8,10 +8,10 @@
 //! [`super::throttle`]), attached afterwards where fentry/fexit is allowed.
 //!
 //! The waits are the kernel's own: `task->sched_info` (`CONFIG_SCHED_INFO`, which schedstats
-//! and delay accounting select) stamps each enqueue and sums every wait into `run_delay`, on
-//! the run queue's clock. The handler reads those when a task arrives on a CPU and keeps what
-//! it needs of a departing task in a fixed array indexed by pid (see `ebpf/src/runq.rs`), so
-//! no wakeup hook, clock read or per-task hash insert is on the scheduler's path. Counts go to
+//! and delay accounting select) sums every wait into `run_delay`, on the run queue's clock.
+//! When a task leaves a CPU, the handler records the growth of its `run_delay` since its
+//! previous departure, kept in a fixed array indexed by pid (see `ebpf/src/runq.rs`), so no
+//! wakeup hook, clock read or per-task hash insert is on the scheduler's path. Counts go to
 //! the cgroup's counter slot ([`super::slots`]) or, before the cgroup has one, to hashes.
 use std::collections::HashMap;
 
@@ -59,13 +59,18 @@ pub struct Log2Histogram {
 impl Log2Histogram {
     /// Adds `count` values summing to `sum_ns` to `bucket` (capped at [`HIST_MAX_BUCKET`]).
     fn add(&mut self, bucket: u32, count: u64, sum_ns: u64) {
-        self.sum_ns = self.sum_ns.saturating_add(sum_ns);
+        self.add_sum(sum_ns);
         let len = HIST_MAX_BUCKET as usize + 1;
         if self.buckets.len() < len {
             self.buckets.resize(len, 0);
         }
         let b = (bucket as usize).min(len - 1);
         self.buckets[b] = self.buckets[b].saturating_add(count);
+    }
+
+    /// Adds to the sum only, for a source that keeps the sum apart from the bucket counts.
+    fn add_sum(&mut self, sum_ns: u64) {
+        self.sum_ns = self.sum_ns.saturating_add(sum_ns);
     }
 
     /// Number of recorded values.
@@ -218,7 +223,7 @@ impl SchedProbe {
                         hist.add(bucket, count, 0);
                     }
                 }
-                hist.add(0, 0, counters.sum_ns);
+                hist.add_sum(counters.sum_ns);
                 for cell in counters
                     .preemptors
                     .iter()
@@ -260,7 +265,7 @@ impl SchedProbe {
         sample.stats = per_cpu.iter().fold(RunqStats::default(), |a, s| RunqStats {
             switches: a.switches.saturating_add(s.switches),
             waits: a.waits.saturating_add(s.waits),
-            partial_waits: a.partial_waits.saturating_add(s.partial_waits),
+            unmeasured_waits: a.unmeasured_waits.saturating_add(s.unmeasured_waits),
             dropped: a.dropped.saturating_add(s.dropped),
             read_errors: a.read_errors.saturating_add(s.read_errors),
             throttle_episodes: a.throttle_episodes.saturating_add(s.throttle_episodes),
@@ -378,12 +383,8 @@ fn sched_offsets(btf: &KernelBtf) -> Result<SchedOffsetsFound, BtfError> {
             cfs_rq_tg,
             tg_css,
             cfs_rq_throttled,
-            task_se_cfs_rq: btf.nested_offset("task_struct", "se", "sched_entity", "cfs_rq")?,
-            cfs_rq_rq: btf.member_offset("cfs_rq", "rq")?,
-            rq_clock: btf.member_offset("rq", "clock")?,
             task_run_delay: sched_info("run_delay")?,
-            task_last_arrival: sched_info("last_arrival")?,
-            task_last_queued: sched_info("last_queued")?,
+            task_pcount: sched_info("pcount")?,
             configured: 1,
             pad: 0,
         },
@@ -461,5 +462,8 @@ mod tests {
         assert_eq!(h.buckets[3], 3);
         assert_eq!(h.sum_ns, 15 + (1 << 45));
         assert_eq!(h.buckets[HIST_MAX_BUCKET as usize], 1);
+        h.add_sum(5);
+        assert_eq!(h.count(), 4, "a sum alone adds no value");
+        assert_eq!(h.sum_ns, 20 + (1 << 45));
     }
 }

@@ -152,11 +152,7 @@ pub fn release(
     cgroup_ids: &[u64],
 ) -> Result<(), SlotError> {
     let now = Instant::now();
-    let map = ebpf
-        .map_mut(names::SLOT_MAP)
-        .ok_or_else(|| SlotError::missing(names::SLOT_MAP))?;
-    let mut published: AyaHashMap<&mut MapData, u64, u32> =
-        AyaHashMap::try_from(map).map_err(|e| SlotError::new(names::SLOT_MAP, &e))?;
+    let mut published = published(ebpf)?;
     for &cgroup_id in cgroup_ids {
         if table.release(cgroup_id, now).is_some() {
             let _ = published.remove(&cgroup_id);
@@ -197,14 +193,17 @@ fn zero<T: aya::Pod>(
 }
 
 fn publish(ebpf: &mut Ebpf, cgroup_id: u64, slot: u32) -> Result<(), SlotError> {
+    published(ebpf)?
+        .insert(cgroup_id, slot, 0)
+        .map_err(|e| SlotError::new(names::SLOT_MAP, &e))
+}
+
+/// The programs' cgroup id -> slot map.
+fn published(ebpf: &mut Ebpf) -> Result<AyaHashMap<&mut MapData, u64, u32>, SlotError> {
     let map = ebpf
         .map_mut(names::SLOT_MAP)
         .ok_or_else(|| SlotError::missing(names::SLOT_MAP))?;
-    let mut published: AyaHashMap<&mut MapData, u64, u32> =
-        AyaHashMap::try_from(map).map_err(|e| SlotError::new(names::SLOT_MAP, &e))?;
-    published
-        .insert(cgroup_id, slot, 0)
-        .map_err(|e| SlotError::new(names::SLOT_MAP, &e))
+    AyaHashMap::try_from(map).map_err(|e| SlotError::new(names::SLOT_MAP, &e))
 }
 
 #[cfg(test)]

@@ -11,7 +11,10 @@ const PROGRAM_NAMES: [&str; 2] = ["cpu_time_tp_btf", "cpu_time_raw_tp"];
 const ATTACH_MODES: [&str; 2] = ["tp_btf", "raw_tracepoint"];
 
 /// `qosd check` names the running kernel, the cgroup layout (judged here from the mount table
-/// independently of qosd's parser), BTF, and a working mode for the cpu_time probe.
+/// independently of qosd's parser), BTF, and a working mode for the sched_switch probes:
+/// `tp_btf` on a kernel with BTF (every kernel qosd is tested on), so a program the verifier
+/// starts refusing shows here instead of hiding behind the raw_tracepoint fallback (which
+/// the `*_raw_tracepoint` tests exercise on purpose).
 pub fn check_report(ctx: &Context) -> Outcome {
     let output = match Command::new(&ctx.qosd).arg("check").output() {
         Ok(output) => output,
@@ -38,20 +41,30 @@ pub fn check_report(ctx: &Context) -> Outcome {
     if !report.contains(&format!("BTF               {btf}")) {
         problems.push(format!("BTF {btf} missing"));
     }
-    let mode = report
-        .lines()
-        .find_map(|l| l.trim_start().strip_prefix("cpu_time"))
-        .map(|rest| {
-            rest.split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned()
-        });
-    match mode.as_deref() {
-        Some(m) if ATTACH_MODES.contains(&m) => {}
-        other => problems.push(format!(
-            "cpu_time mode is {other:?}, expected one of {ATTACH_MODES:?}"
-        )),
+    let expected_modes: &[&str] = if btf == "yes" {
+        &ATTACH_MODES[..1]
+    } else {
+        &ATTACH_MODES
+    };
+    let mode_of = |probe: &str| {
+        report
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix(&format!("{probe} ")))
+            .map(|rest| {
+                rest.split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+    };
+    let mode = mode_of("cpu_time");
+    for (probe, found) in [("cpu_time", &mode), ("runqlat", &mode_of("runqlat"))] {
+        match found.as_deref() {
+            Some(m) if expected_modes.contains(&m) => {}
+            other => problems.push(format!(
+                "{probe} mode is {other:?}, expected one of {expected_modes:?} (BTF {btf})"
+            )),
+        }
     }
     for feature in ["fentry ", "kprobes "] {
         if !report
