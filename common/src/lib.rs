@@ -14,6 +14,17 @@ pub mod cgroup_mode {
     pub const V1_CPU: u32 = 2;
 }
 
+/// Whether a task of scheduling policy `policy` (`task_struct.policy`) runs in the fair
+/// class, whose `set_next_entity` records the start of each run in
+/// `se.prev_sum_exec_runtime`: `SCHED_NORMAL` (0), `SCHED_BATCH` (3) and `SCHED_IDLE` (5), as
+/// numbered in the kernel's `include/uapi/linux/sched.h`. (A sched_ext scheduler that takes
+/// over these policies is not detected.)
+#[inline(always)]
+#[must_use]
+pub const fn is_fair_policy(policy: u32) -> bool {
+    matches!(policy, 0 | 3 | 5)
+}
+
 /// Byte offsets of the kernel struct fields the programs follow from a `task_struct` to its
 /// cgroup id, read from the running kernel's BTF at load time. Rust eBPF has no CO-RE
 /// relocations, so these are passed in as a global and one object serves every kernel.
@@ -40,8 +51,13 @@ pub struct KernelOffsets {
     /// `task_struct.se.sum_exec_runtime` (`u64`): the task's CPU time as the scheduler
     /// accounts it (the clock cpuacct and `cpu.stat` charge from).
     pub task_sum_exec_runtime: u32,
-    /// Padding, always 0.
-    pub pad: u32,
+    /// `task_struct.se.prev_sum_exec_runtime` (`u64`): `sum_exec_runtime` when the fair
+    /// scheduler last picked the task to run (`set_next_entity`), i.e. at the start of its
+    /// current run; for tasks of other classes it is stale.
+    pub task_prev_sum_exec_runtime: u32,
+    /// `task_struct.policy` (`unsigned int`): the scheduling policy, which says whether the
+    /// fair scheduler keeps `prev_sum_exec_runtime` for the task.
+    pub task_policy: u32,
 }
 
 /// What one CPU's sched_switch program remembers about the task it switched in.
@@ -95,8 +111,13 @@ pub struct ProbeStats {
     pub events: u64,
     /// Events whose cgroup could not be read from kernel memory.
     pub read_errors: u64,
-    /// Time slices that could not be recorded because the per-cgroup map was full or busy.
+    /// Time slices that could not be recorded because the per-cgroup map was full or busy,
+    /// or because the task's switch in was not seen and it is not a fair-class task.
     pub dropped: u64,
+    /// Switches out of a task whose switch in this CPU's program did not see (the first
+    /// switch on each CPU after attach, and switches the kernel did not deliver): its slice
+    /// is charged from the scheduler's own start of the run instead.
+    pub unchained: u64,
 }
 
 /// Capacity of the per-cgroup cpu-time map. User space removes entries of cgroups that are gone.

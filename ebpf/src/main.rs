@@ -28,6 +28,7 @@ use aya_ebpf::{
 };
 use qosd_common::{
     KernelOffsets, MAX_CGROUPS, MAX_SLOTS, NO_SLOT, ProbeStats, RunningTask, cgroup_mode,
+    is_fair_policy,
 };
 
 /// Field offsets, written by user space before load (see `qosd::probes::btf`).
@@ -42,7 +43,8 @@ static QOSD_OFFSETS: KernelOffsets = KernelOffsets {
     kernfs_node_id: 0,
     cgroup_mode: 0,
     task_sum_exec_runtime: 0,
-    pad: 0,
+    task_prev_sum_exec_runtime: 0,
+    task_policy: 0,
 };
 
 /// cgroup id -> nanoseconds on CPU, one counter per CPU (no shared atomics on sched_switch),
@@ -159,11 +161,7 @@ fn on_switch<R: KernelRead>(prev: *const u8, next: *const u8) {
         return;
     }
 
-    let prev_cgroup = if running.pid == 0 {
-        TaskCgroup::UNKNOWN
-    } else {
-        charge_prev::<R>(prev, running, off, stats)
-    };
+    let prev_cgroup = charge_prev::<R>(prev, running, off, stats);
     let runtime = R::read::<u64>(next, off.task_sum_exec_runtime);
     match (remember::<R>(next, running, off, prev_cgroup), runtime) {
         (Ok(()), Ok(runtime)) => running.start_runtime_ns = runtime,
@@ -175,8 +173,8 @@ fn on_switch<R: KernelRead>(prev: *const u8, next: *const u8) {
     }
 }
 
-/// Charges `prev`'s slice, if `prev` is the task `running` describes; returns its cgroup as
-/// read now, or [`TaskCgroup::UNKNOWN`].
+/// Charges `prev`'s slice and returns its cgroup as read now, or [`TaskCgroup::UNKNOWN`] (for
+/// the idle task, or when it could not be read).
 #[inline(always)]
 fn charge_prev<R: KernelRead>(
     prev: *const u8,
@@ -185,11 +183,15 @@ fn charge_prev<R: KernelRead>(
     stats: &mut ProbeStats,
 ) -> TaskCgroup {
     // `prev` is the task the last switch here switched in, unless that switch could not read
-    // it (or this is the first): the address says which, without a read.
+    // it, this is the first, or the kernel did not deliver a switch in between: the address
+    // says which, without a read.
     if prev as u64 != running.task {
-        return TaskCgroup::UNKNOWN;
+        return charge_unchained::<R>(prev, off, stats);
     }
     let pid = running.pid;
+    if pid == 0 {
+        return TaskCgroup::UNKNOWN;
+    }
     let Ok(runtime) = R::read::<u64>(prev, off.task_sum_exec_runtime) else {
         stats.read_errors += 1;
         return TaskCgroup::UNKNOWN;
@@ -200,6 +202,43 @@ fn charge_prev<R: KernelRead>(
     };
     if runtime > running.start_runtime_ns && found.cgroup_id != 0 {
         add_cpu_ns(found, runtime - running.start_runtime_ns, stats);
+    }
+    found
+}
+
+/// Charges the slice of a task whose switch in was not seen here. Some kernels do not deliver
+/// every switch to BPF (6.18 in a Firecracker sandbox never reports its init's threads leaving
+/// a CPU), and the task that followed one arrived unseen. The fair scheduler itself noted
+/// where the run began: `se.prev_sum_exec_runtime`, set when it picked the task. Tasks of
+/// other classes keep no such mark, so their slice is counted as dropped.
+#[inline(always)]
+fn charge_unchained<R: KernelRead>(
+    prev: *const u8,
+    off: &KernelOffsets,
+    stats: &mut ProbeStats,
+) -> TaskCgroup {
+    stats.unchained += 1;
+    let (Ok(pid), Ok(policy), Ok(runtime), Ok(start), Ok(css_set)) = (
+        R::read::<u32>(prev, off.task_pid),
+        R::read::<u32>(prev, off.task_policy),
+        R::read::<u64>(prev, off.task_sum_exec_runtime),
+        R::read::<u64>(prev, off.task_prev_sum_exec_runtime),
+        R::read::<u64>(prev, off.task_cgroups),
+    ) else {
+        stats.read_errors += 1;
+        return TaskCgroup::UNKNOWN;
+    };
+    if pid == 0 {
+        return TaskCgroup::UNKNOWN;
+    }
+    let Ok(found) = css_set_cgroup::<R>(css_set, off) else {
+        stats.read_errors += 1;
+        return TaskCgroup::UNKNOWN;
+    };
+    if !is_fair_policy(policy) {
+        stats.dropped += 1;
+    } else if runtime > start && found.cgroup_id != 0 {
+        add_cpu_ns(found, runtime - start, stats);
     }
     found
 }

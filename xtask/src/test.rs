@@ -40,6 +40,9 @@ struct TierResult {
     skipped: usize,
     took: Duration,
     note: String,
+    /// The failing cases, one line each as the tier reported them, repeated at the end of
+    /// the summary so the tail of a CI log names them.
+    failures: Vec<String>,
 }
 
 impl TierResult {
@@ -58,6 +61,7 @@ impl TierResult {
             skipped: 0,
             took,
             note: format!("{error:#}"),
+            failures: Vec::new(),
         }
     }
 }
@@ -178,6 +182,7 @@ fn lint(toolchain: &Toolchain) -> TierResult {
         skipped: 0,
         took: started.elapsed(),
         note: notes.join("; "),
+        failures: Vec::new(),
     }
 }
 
@@ -213,6 +218,11 @@ fn unit(toolchain: &Toolchain) -> TierResult {
         failed = 1;
         note = "cargo test failed before running tests (build error?)".into();
     }
+    let failures = out
+        .lines()
+        .filter(|l| l.starts_with("test ") && l.ends_with(" FAILED"))
+        .map(str::to_owned)
+        .collect();
     TierResult {
         tier: "unit",
         target: "cargo test".into(),
@@ -221,6 +231,7 @@ fn unit(toolchain: &Toolchain) -> TierResult {
         skipped,
         took: started.elapsed(),
         note,
+        failures,
     }
 }
 
@@ -260,34 +271,34 @@ fn host(bins: &TestBinaries) -> TierResult {
     println!("\n== host: {target}");
     let mut cmd = Command::new(&bins.systests);
     cmd.arg("--qosd").arg(&bins.qosd);
-    let note;
-    let (passed, failed, skipped) = match tee(&mut cmd) {
+    let (note, counts) = match tee(&mut cmd) {
         Ok((ok, out)) => {
-            let counts = parse_results(&out);
-            note = if !ok && counts.1 == 0 {
+            let mut counts = parse_results(&out);
+            let note = if !ok && counts.failed == 0 {
+                counts.failed = 1;
                 "qosd-systests failed without a failing case".to_owned()
             } else {
                 String::new()
             };
-            (
-                counts.0,
-                counts.1 + usize::from(!ok && counts.1 == 0),
-                counts.2,
-            )
+            (note, counts)
         }
-        Err(e) => {
-            note = format!("{e:#}");
-            (0, 1, 0)
-        }
+        Err(e) => (
+            format!("{e:#}"),
+            CaseCounts {
+                failed: 1,
+                ..CaseCounts::default()
+            },
+        ),
     };
     TierResult {
         tier: "host",
         target,
-        passed,
-        failed,
-        skipped,
+        passed: counts.passed,
+        failed: counts.failed,
+        skipped: counts.skipped,
         took: started.elapsed(),
         note,
+        failures: counts.failures,
     }
 }
 
@@ -330,7 +341,12 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
         let result = match run {
             Ok(run) => {
                 print!("{}", run.output);
-                let (passed, failed, skipped) = parse_results(&run.output);
+                let CaseCounts {
+                    passed,
+                    failed,
+                    skipped,
+                    failures,
+                } = parse_results(&run.output);
                 let (failed, note) = match &run.exit {
                     GuestExit::Exited(0) => (failed, String::new()),
                     GuestExit::Exited(code) => {
@@ -353,6 +369,7 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
                     skipped,
                     took: started.elapsed(),
                     note,
+                    failures,
                 }
             }
             Err(e) => TierResult::broken("vm", target, started.elapsed(), &e),
@@ -395,22 +412,35 @@ fn stripped_payload(bins: &TestBinaries, work: &Path) -> Result<Vec<(PathBuf, St
     Ok(payload)
 }
 
+/// What one run of qosd-systests reported.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct CaseCounts {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+    /// The `RESULT … FAIL` lines.
+    failures: Vec<String>,
+}
+
 /// Counts the `RESULT <case> PASS|FAIL|SKIP` lines of qosd-systests.
-fn parse_results(output: &str) -> (usize, usize, usize) {
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+fn parse_results(output: &str) -> CaseCounts {
+    let mut counts = CaseCounts::default();
     for line in output.lines() {
         let mut words = line.split_whitespace();
         if words.next() != Some("RESULT") {
             continue;
         }
         match words.nth(1) {
-            Some("PASS") => passed += 1,
-            Some("FAIL") => failed += 1,
-            Some("SKIP") => skipped += 1,
+            Some("PASS") => counts.passed += 1,
+            Some("FAIL") => {
+                counts.failed += 1;
+                counts.failures.push(line.trim().to_owned());
+            }
+            Some("SKIP") => counts.skipped += 1,
             _ => {}
         }
     }
-    (passed, failed, skipped)
+    counts
 }
 
 /// Runs a command with inherited stderr, echoing and capturing stdout.
@@ -485,6 +515,16 @@ fn print_summary(results: &[TierResult], total: Duration) {
     let passed: usize = results.iter().map(|r| r.passed).sum();
     let failed: usize = results.iter().map(|r| r.failed).sum();
     let skipped: usize = results.iter().map(|r| r.skipped).sum();
+    let failures: Vec<_> = results
+        .iter()
+        .flat_map(|r| r.failures.iter().map(move |f| (r.tier, &r.target, f)))
+        .collect();
+    if !failures.is_empty() {
+        println!("failing cases:");
+        for (tier, target, failure) in failures {
+            println!("  {tier} {target}: {failure}");
+        }
+    }
     println!("total time {}s", total.as_secs());
     println!("{passed} passed, {failed} failed, {skipped} skipped");
 }
@@ -504,6 +544,14 @@ mod tests {
     #[test]
     fn systest_result_lines_are_counted_and_noise_ignored() {
         let out = "RUN    a\nRESULT a PASS (1.0s) fine\n[  1.0] kernel noise RESULT\nRESULT b FAIL (0.1s) bad\nRESULT c SKIP (0.0s) needs root\n";
-        assert_eq!(parse_results(out), (1, 1, 1));
+        assert_eq!(
+            parse_results(out),
+            CaseCounts {
+                passed: 1,
+                failed: 1,
+                skipped: 1,
+                failures: vec!["RESULT b FAIL (0.1s) bad".to_owned()],
+            }
+        );
     }
 }

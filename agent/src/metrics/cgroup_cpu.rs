@@ -1,4 +1,5 @@
-//! `qosd_cgroup_cpu_seconds_total{cgroup}` and the cpu-time probe's health series.
+//! `qosd_cgroup_cpu_seconds_total{cgroup}`, `qosd_cpu_unchained_switches_total` and the
+//! cpu-time probe's health series.
 //!
 //! At every scrape the collector reads the kernel counters, resolves cgroup ids to paths by
 //! walking the cpu hierarchy, drops (and removes from the kernel map) the cgroups that are
@@ -12,7 +13,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 
 use super::families::{
     DROPPED, DROPPED_HELP, EVENTS, EVENTS_HELP, MAP_CAPACITY, MAP_CAPACITY_HELP, MAP_ENTRIES,
-    MAP_ENTRIES_HELP, ProbeHealth, cgroup_labels, family, sample_and_paths,
+    MAP_ENTRIES_HELP, ProbeHealth, as_f64, cgroup_labels, family, sample_and_paths,
 };
 use crate::cm::index::WorkloadIndex;
 use crate::probes::cpu_time::{CpuTimeProbe, CpuTimeSample, PROBE_NAME};
@@ -55,6 +56,8 @@ pub struct CgroupCpuCollector {
 const CPU_SECONDS: &str = "qosd_cgroup_cpu_seconds_total";
 const CPU_SECONDS_HELP: &str =
     "CPU time consumed by the tasks of each cgroup, counted on sched_switch by qosd's eBPF probe";
+const UNCHAINED: &str = "qosd_cpu_unchained_switches_total";
+const UNCHAINED_HELP: &str = "Switches out of a task whose switch in the probe did not see (one per CPU at attach, and switches the kernel did not deliver to BPF); their slices are charged from the scheduler's start-of-run mark";
 
 impl CgroupCpuCollector {
     /// A collector reading `source`, resolving ids in the hierarchy mounted at `root`, and
@@ -69,6 +72,12 @@ impl CgroupCpuCollector {
                 CPU_SECONDS.into(),
                 CPU_SECONDS_HELP.into(),
                 vec!["cgroup".into()],
+                HashMap::new(),
+            )?,
+            Desc::new(
+                UNCHAINED.into(),
+                UNCHAINED_HELP.into(),
+                Vec::new(),
                 HashMap::new(),
             )?,
             Desc::new(
@@ -162,12 +171,15 @@ impl Collector for CgroupCpuCollector {
                 (names::CPU_TIME_SLOTS_MAP, sample.slots_used, MAX_SLOTS),
             ],
         };
-        let mut families = vec![family(
-            CPU_SECONDS,
-            CPU_SECONDS_HELP,
-            MetricType::COUNTER,
-            series,
-        )];
+        let mut families = vec![
+            family(CPU_SECONDS, CPU_SECONDS_HELP, MetricType::COUNTER, series),
+            family(
+                UNCHAINED,
+                UNCHAINED_HELP,
+                MetricType::COUNTER,
+                [(Vec::new(), as_f64(sample.stats.unchained))],
+            ),
+        ];
         families.extend(health.families());
         families
     }
@@ -202,6 +214,7 @@ mod tests {
                     events: 7,
                     read_errors: 1,
                     dropped: 2,
+                    unchained: 4,
                 },
             })
         }
@@ -271,6 +284,10 @@ mod tests {
         assert!(first.contains("# TYPE qosd_cgroup_cpu_seconds_total counter"));
         assert!(
             first.contains("qosd_probe_dropped_events_total{probe=\"cpu_time\"} 3"),
+            "{first}"
+        );
+        assert!(
+            first.contains("\nqosd_cpu_unchained_switches_total 4\n"),
             "{first}"
         );
         assert!(

@@ -171,7 +171,13 @@ impl KernelBtf {
                 "sched_entity",
                 "sum_exec_runtime",
             )?,
-            pad: 0,
+            task_prev_sum_exec_runtime: self.nested_offset(
+                "task_struct",
+                "se",
+                "sched_entity",
+                "prev_sum_exec_runtime",
+            )?,
+            task_policy: self.member_offset("task_struct", "policy")?,
         })
     }
 }
@@ -206,6 +212,12 @@ mod tests {
             "sum_exec_runtime lies inside se"
         );
         assert_eq!(off.task_sum_exec_runtime % 8, 0);
+        // The fair scheduler's mark of the current run's start is a separate u64 of se.
+        assert!(off.task_prev_sum_exec_runtime > se);
+        assert_ne!(off.task_prev_sum_exec_runtime, off.task_sum_exec_runtime);
+        assert_eq!(off.task_prev_sum_exec_runtime % 8, 0);
+        assert_eq!(off.task_policy % 4, 0);
+        assert!(![off.task_pid, off.task_cgroups].contains(&off.task_policy));
     }
 
     #[test]

@@ -222,6 +222,7 @@ impl CpuTimeProbe {
                 events: acc.events.saturating_add(s.events),
                 read_errors: acc.read_errors.saturating_add(s.read_errors),
                 dropped: acc.dropped.saturating_add(s.dropped),
+                unchained: acc.unchained.saturating_add(s.unchained),
             });
         Ok(CpuTimeSample {
             nanos_by_cgroup,
