@@ -7,6 +7,9 @@ use crate::cgroup_fixture::TestCgroups;
 use crate::harness::{Context, Outcome, fail};
 
 const METRIC: &str = "qosd_cgroup_cpu_seconds_total";
+/// Switches whose outgoing task's switch in the probe did not see: at least each CPU's first
+/// after attach.
+const UNCHAINED: &str = "qosd_cpu_unchained_switches_total";
 /// Allowed relative difference between qosd and the kernel.
 const TOLERANCE: f64 = 0.05;
 /// Allowed absolute difference for the sleeping workload. Its shell starts in the parent's
@@ -72,6 +75,8 @@ fn run(ctx: &Context, mode: Option<&str>) -> Result<String, String> {
     let idle_qosd = value("idle").unwrap_or(0.0);
     let idle_kernel = cgroups.kernel_cpu_seconds("idle")?;
     let source = cgroups.accounting_source();
+    let unchained = sample_value(&text, UNCHAINED, "")
+        .ok_or_else(|| format!("no {UNCHAINED} in the scrape"))?;
 
     if busy_kernel < 0.5 {
         return Err(format!(
@@ -80,9 +85,17 @@ fn run(ctx: &Context, mode: Option<&str>) -> Result<String, String> {
     }
     let relative = (busy_qosd - busy_kernel).abs() / busy_kernel;
     let summary = format!(
-        "busy: qosd {busy_qosd:.4}s vs {source} {busy_kernel:.4}s ({:.2}% apart); idle: qosd {idle_qosd:.4}s vs {idle_kernel:.4}s",
+        "busy: qosd {busy_qosd:.4}s vs {source} {busy_kernel:.4}s ({:.2}% apart); idle: qosd {idle_qosd:.4}s vs {idle_kernel:.4}s; {unchained} unchained switches",
         relative * 100.0
     );
+    // Every CPU that switched at all had a first switch after attach, whose outgoing task
+    // arrived before the probe: the counter that says how often the fallback charged a slice
+    // cannot be zero.
+    if unchained < 1.0 {
+        return Err(format!(
+            "{summary}: {UNCHAINED} is 0, but each CPU's first switch after attach is unchained"
+        ));
+    }
     if relative > TOLERANCE {
         return Err(format!(
             "{summary}: more than {:.0}% apart",
