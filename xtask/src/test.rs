@@ -35,14 +35,9 @@ pub struct TestArgs {
 struct TierResult {
     tier: &'static str,
     target: String,
-    passed: usize,
-    failed: usize,
-    skipped: usize,
+    counts: CaseCounts,
     took: Duration,
     note: String,
-    /// The failing cases, one line each as the tier reported them, repeated at the end of
-    /// the summary so the tail of a CI log names them.
-    failures: Vec<String>,
 }
 
 impl TierResult {
@@ -56,12 +51,9 @@ impl TierResult {
         Self {
             tier,
             target: target.into(),
-            passed: 0,
-            failed: 1,
-            skipped: 0,
+            counts: CaseCounts::one_failure(),
             took,
             note: format!("{error:#}"),
-            failures: Vec::new(),
         }
     }
 }
@@ -98,7 +90,7 @@ pub fn run(args: TestArgs) -> Result<()> {
     }
 
     print_summary(&results, started.elapsed());
-    let failed: usize = results.iter().map(|r| r.failed).sum();
+    let failed: usize = results.iter().map(|r| r.counts.failed).sum();
     if failed > 0 {
         bail!("{failed} test(s) failed");
     }
@@ -177,12 +169,13 @@ fn lint(toolchain: &Toolchain) -> TierResult {
     TierResult {
         tier: "lint",
         target: "fmt, clippy (user, eBPF)".into(),
-        passed,
-        failed,
-        skipped: 0,
+        counts: CaseCounts {
+            passed,
+            failed,
+            ..CaseCounts::default()
+        },
         took: started.elapsed(),
         note: notes.join("; "),
-        failures: Vec::new(),
     }
 }
 
@@ -226,12 +219,14 @@ fn unit(toolchain: &Toolchain) -> TierResult {
     TierResult {
         tier: "unit",
         target: "cargo test".into(),
-        passed,
-        failed,
-        skipped,
+        counts: CaseCounts {
+            passed,
+            failed,
+            skipped,
+            failures,
+        },
         took: started.elapsed(),
         note,
-        failures,
     }
 }
 
@@ -282,23 +277,14 @@ fn host(bins: &TestBinaries) -> TierResult {
             };
             (note, counts)
         }
-        Err(e) => (
-            format!("{e:#}"),
-            CaseCounts {
-                failed: 1,
-                ..CaseCounts::default()
-            },
-        ),
+        Err(e) => (format!("{e:#}"), CaseCounts::one_failure()),
     };
     TierResult {
         tier: "host",
         target,
-        passed: counts.passed,
-        failed: counts.failed,
-        skipped: counts.skipped,
+        counts,
         took: started.elapsed(),
         note,
-        failures: counts.failures,
     }
 }
 
@@ -341,12 +327,8 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
         let result = match run {
             Ok(run) => {
                 print!("{}", run.output);
-                let CaseCounts {
-                    passed,
-                    failed,
-                    skipped,
-                    failures,
-                } = parse_results(&run.output);
+                let mut counts = parse_results(&run.output);
+                let failed = counts.failed;
                 let (failed, note) = match &run.exit {
                     GuestExit::Exited(0) => (failed, String::new()),
                     GuestExit::Exited(code) => {
@@ -361,15 +343,13 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
                     ),
                     GuestExit::QemuFailed(why) => (failed + 1, format!("qemu failed: {why}")),
                 };
+                counts.failed = failed;
                 TierResult {
                     tier: "vm",
                     target,
-                    passed,
-                    failed,
-                    skipped,
+                    counts,
                     took: started.elapsed(),
                     note,
-                    failures,
                 }
             }
             Err(e) => TierResult::broken("vm", target, started.elapsed(), &e),
@@ -412,14 +392,25 @@ fn stripped_payload(bins: &TestBinaries, work: &Path) -> Result<Vec<(PathBuf, St
     Ok(payload)
 }
 
-/// What one run of qosd-systests reported.
+/// What a tier reported.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct CaseCounts {
     passed: usize,
     failed: usize,
     skipped: usize,
-    /// The `RESULT … FAIL` lines.
+    /// The failing cases, one line each as the tier reported them (`RESULT … FAIL`,
+    /// `test … FAILED`), repeated at the end of the summary so the tail of a CI log names them.
     failures: Vec<String>,
+}
+
+impl CaseCounts {
+    /// A tier that could not run: one failure, named in the tier's note.
+    fn one_failure() -> Self {
+        Self {
+            failed: 1,
+            ..Self::default()
+        }
+    }
 }
 
 /// Counts the `RESULT <case> PASS|FAIL|SKIP` lines of qosd-systests.
@@ -490,9 +481,10 @@ fn print_summary(results: &[TierResult], total: Duration) {
         "tier", "target", "passed", "failed", "skipped", "time"
     );
     for r in results {
-        let verdict = if r.failed > 0 {
+        let c = &r.counts;
+        let verdict = if c.failed > 0 {
             "FAIL"
-        } else if r.passed == 0 && r.skipped > 0 {
+        } else if c.passed == 0 && c.skipped > 0 {
             "SKIP"
         } else {
             "ok"
@@ -501,9 +493,9 @@ fn print_summary(results: &[TierResult], total: Duration) {
             "{:<5} {:<42} {:>6} {:>6} {:>7} {:>6}s  {verdict}{}",
             r.tier,
             r.target,
-            r.passed,
-            r.failed,
-            r.skipped,
+            c.passed,
+            c.failed,
+            c.skipped,
             r.took.as_secs(),
             if r.note.is_empty() {
                 String::new()
@@ -512,12 +504,17 @@ fn print_summary(results: &[TierResult], total: Duration) {
             }
         );
     }
-    let passed: usize = results.iter().map(|r| r.passed).sum();
-    let failed: usize = results.iter().map(|r| r.failed).sum();
-    let skipped: usize = results.iter().map(|r| r.skipped).sum();
+    let passed: usize = results.iter().map(|r| r.counts.passed).sum();
+    let failed: usize = results.iter().map(|r| r.counts.failed).sum();
+    let skipped: usize = results.iter().map(|r| r.counts.skipped).sum();
     let failures: Vec<_> = results
         .iter()
-        .flat_map(|r| r.failures.iter().map(move |f| (r.tier, &r.target, f)))
+        .flat_map(|r| {
+            r.counts
+                .failures
+                .iter()
+                .map(move |f| (r.tier, &r.target, f))
+        })
         .collect();
     if !failures.is_empty() {
         println!("failing cases:");
