@@ -5,12 +5,11 @@ use std::fmt::Write as _;
 
 use crate::cgroup::CgroupLayout;
 use crate::numa::{NodeLayout, NumaMemoryReader};
-use crate::probes::cpu_time::{self, CpuTimeProbe};
 use crate::probes::features::KernelFeatures;
 use crate::probes::numa::{self as numa_probe, NumaProbe};
-use crate::probes::runqlat::{self, SchedProbe};
-use crate::probes::throttle;
+use crate::probes::sched_switch::{ModePreference, SwitchProbe};
 use crate::probes::{ProbeMode, btf::VMLINUX_BTF};
+use crate::probes::{cpu_time, runqlat, throttle};
 
 /// Builds the report text. Never fails: every problem becomes a line of the report.
 #[must_use]
@@ -45,7 +44,7 @@ pub fn report() -> String {
     } else {
         "task's cgroup v2 id"
     };
-    match CpuTimeProbe::attach(v1_cpu, cpu_time::ModePreference::Auto) {
+    match SwitchProbe::attach(v1_cpu, ModePreference::Auto) {
         Ok(probe) => {
             let _ = writeln!(
                 out,
@@ -56,24 +55,13 @@ pub fn report() -> String {
             for (mode, why) in probe.refused_modes() {
                 let _ = writeln!(out, "  {:<15} (not {}: {why})", "", mode.label());
             }
-        }
-        Err(e) => {
-            let mode = ProbeMode::Unavailable(e.to_string());
-            let _ = writeln!(out, "  {:<15} {mode}", cpu_time::PROBE_NAME);
-        }
-    }
-    match SchedProbe::attach(v1_cpu, false) {
-        Ok(probe) => {
             let _ = writeln!(
                 out,
-                "  {:<15} {:<15} sched_switch; waits from the kernel's {}",
+                "  {:<15} {:<15} sched_switch (the same handler); waits from the kernel's {}",
                 runqlat::PROBE_NAME,
-                probe.mode().to_string(),
+                probe.runq_mode().to_string(),
                 runqlat::WAIT_SOURCE
             );
-            for (mode, why) in probe.refused_modes() {
-                let _ = writeln!(out, "  {:<15} (not {}: {why})", "", mode.label());
-            }
             let _ = writeln!(
                 out,
                 "  {:<15} {} throttle_cfs_rq (fexit), unthrottle_cfs_rq (fentry)",
@@ -83,8 +71,13 @@ pub fn report() -> String {
         }
         Err(e) => {
             let mode = ProbeMode::Unavailable(e.to_string());
-            let _ = writeln!(out, "  {:<15} {mode}", runqlat::PROBE_NAME);
-            let _ = writeln!(out, "  {:<15} {mode}", throttle::PROBE_NAME);
+            for name in [
+                cpu_time::PROBE_NAME,
+                runqlat::PROBE_NAME,
+                throttle::PROBE_NAME,
+            ] {
+                let _ = writeln!(out, "  {name:<15} {mode}");
+            }
         }
     }
     let _ = writeln!(

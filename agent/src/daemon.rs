@@ -17,10 +17,9 @@ use crate::metrics::server::{InspectText, MetricsServer, ServerError};
 use crate::metrics::{Metrics, MetricsError};
 use crate::numa::{NodeLayout, NumaMemoryReader};
 use crate::probes::ProbeMode;
-use crate::probes::cpu_time::{self, CpuTimeProbe, ModePreference};
 use crate::probes::numa::{self as numa_probe, NumaProbe};
-use crate::probes::runqlat::{self, SchedProbe};
-use crate::probes::throttle;
+use crate::probes::sched_switch::{ModePreference, SwitchProbe};
+use crate::probes::{cpu_time, runqlat, throttle};
 use crate::standalone::{Standalone, StandaloneError, StandaloneOptions};
 
 /// What `qosd run` needs.
@@ -31,7 +30,7 @@ pub struct RunOptions {
     /// Standalone mode (container manager fed from a manifest directory); `None` runs the
     /// probes and metrics only.
     pub standalone: Option<StandaloneOptions>,
-    /// Which attach modes the cpu-time probe may use.
+    /// Which attach modes the sched_switch handler may use.
     pub cpu_time_mode: ModePreference,
 }
 
@@ -80,54 +79,58 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     let inspect = InspectText::default();
     let v1_cpu = layout.uses_v1_cpu_controller();
     let preference = options.cpu_time_mode;
-    match tokio::task::spawn_blocking(move || CpuTimeProbe::attach(v1_cpu, preference)).await {
+    // CPU time, run-queue latency, preemption pairs and throttle episodes: one sched_switch
+    // handler. A probe the kernel refuses is reported unavailable; the agent runs on.
+    let switch_probes = [
+        cpu_time::PROBE_NAME,
+        runqlat::PROBE_NAME,
+        throttle::PROBE_NAME,
+    ];
+    match tokio::task::spawn_blocking(move || SwitchProbe::attach(v1_cpu, preference)).await {
         Ok(Ok(probe)) => {
             metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
-            let collector =
-                CgroupCpuCollector::new(Box::new(probe), hierarchy.clone(), workloads.clone())
-                    .map_err(|source| MetricsError::Register {
-                        name: "qosd_cgroup_cpu_seconds_total",
-                        source,
-                    })?;
-            metrics.register("qosd_cgroup_cpu_seconds_total", Box::new(collector))?;
-        }
-        Ok(Err(e)) => {
-            tracing::error!(probe = cpu_time::PROBE_NAME, error = %e, "probe unavailable; running without it");
-            metrics.set_probe_mode(cpu_time::PROBE_NAME, &ProbeMode::Unavailable(e.to_string()));
-        }
-        Err(e) => {
-            tracing::error!(probe = cpu_time::PROBE_NAME, error = %e, "probe loader panicked; running without it");
-            metrics.set_probe_mode(cpu_time::PROBE_NAME, &ProbeMode::Unavailable(e.to_string()));
-        }
-    }
-    // Run-queue latency, preemption pairs and throttle episodes: same degrade-never-stop rule.
-    let prefer_raw = preference == ModePreference::RawTracepoint;
-    match tokio::task::spawn_blocking(move || SchedProbe::attach(v1_cpu, prefer_raw)).await {
-        Ok(Ok(probe)) => {
-            metrics.set_probe_mode(runqlat::PROBE_NAME, probe.mode());
+            let runq_mode = probe.runq_mode();
+            metrics.set_probe_mode(runqlat::PROBE_NAME, &runq_mode);
             metrics.set_probe_mode(throttle::PROBE_NAME, probe.throttle_mode());
-            let collector =
-                RunqCollector::new(Box::new(probe), hierarchy.clone(), workloads.clone()).map_err(
-                    |source| MetricsError::Register {
-                        name: "qosd_runqueue_latency_seconds",
-                        source,
-                    },
-                )?;
-            metrics.register("qosd_runqueue_latency_seconds", Box::new(collector))?;
+            let probe = probe.shared();
+            let collector = CgroupCpuCollector::new(
+                Box::new(probe.clone()),
+                hierarchy.clone(),
+                workloads.clone(),
+            )
+            .map_err(|source| MetricsError::Register {
+                name: "qosd_cgroup_cpu_seconds_total",
+                source,
+            })?;
+            metrics.register("qosd_cgroup_cpu_seconds_total", Box::new(collector))?;
+            if let ProbeMode::Unavailable(why) = &runq_mode {
+                tracing::error!(probe = runqlat::PROBE_NAME, reason = %why, "probe unavailable; running without it");
+            } else {
+                let collector =
+                    RunqCollector::new(Box::new(probe), hierarchy.clone(), workloads.clone())
+                        .map_err(|source| MetricsError::Register {
+                            name: "qosd_runqueue_latency_seconds",
+                            source,
+                        })?;
+                metrics.register("qosd_runqueue_latency_seconds", Box::new(collector))?;
+            }
         }
         Ok(Err(e)) => {
-            tracing::error!(probe = runqlat::PROBE_NAME, error = %e, "probe unavailable; running without it");
+            tracing::error!(probes = ?switch_probes, error = %e, "sched_switch handler unavailable; running without it");
             let mode = ProbeMode::Unavailable(e.to_string());
-            metrics.set_probe_mode(runqlat::PROBE_NAME, &mode);
-            metrics.set_probe_mode(throttle::PROBE_NAME, &mode);
+            for name in switch_probes {
+                metrics.set_probe_mode(name, &mode);
+            }
         }
         Err(e) => {
-            tracing::error!(probe = runqlat::PROBE_NAME, error = %e, "probe loader panicked; running without it");
+            tracing::error!(probes = ?switch_probes, error = %e, "probe loader panicked; running without it");
             let mode = ProbeMode::Unavailable(e.to_string());
-            metrics.set_probe_mode(runqlat::PROBE_NAME, &mode);
-            metrics.set_probe_mode(throttle::PROBE_NAME, &mode);
+            for name in switch_probes {
+                metrics.set_probe_mode(name, &mode);
+            }
         }
     }
+    let prefer_raw = preference == ModePreference::RawTracepoint;
     // NUMA hinting faults, page allocations, migrations: each probe degrades on its own.
     match tokio::task::spawn_blocking(move || NumaProbe::attach(v1_cpu, prefer_raw)).await {
         Ok(Ok(probe)) => {

@@ -36,7 +36,7 @@ enum CpuTimeMode {
     RawTracepoint,
 }
 
-impl From<CpuTimeMode> for qosd::probes::cpu_time::ModePreference {
+impl From<CpuTimeMode> for qosd::probes::sched_switch::ModePreference {
     fn from(mode: CpuTimeMode) -> Self {
         match mode {
             CpuTimeMode::Auto => Self::Auto,
@@ -68,8 +68,9 @@ enum Command {
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         reconcile_period: Duration,
         /// Attach mode of the scheduler probes: auto (tp_btf, else raw_tracepoint), tp_btf or
-        /// raw_tracepoint. raw_tracepoint also puts the run-queue and task-migration probes on
-        /// raw tracepoints (to test or work around a kernel's tp_btf).
+        /// raw_tracepoint, for the sched_switch handler (cpu_time and runqlat). raw_tracepoint
+        /// also puts the task-migration probe on a raw tracepoint (to test or work around a
+        /// kernel's tp_btf).
         #[arg(long, value_enum, default_value_t = CpuTimeMode::Auto)]
         cpu_time_mode: CpuTimeMode,
         /// Where container stdout/stderr go, one file per container.

@@ -324,7 +324,9 @@ pub struct RunqStats {
     pub unmeasured_waits: u64,
     /// Waits that could not be recorded (a map full or busy).
     pub dropped: u64,
-    /// Events whose task or cgroup could not be read from kernel memory.
+    /// Switches whose task state, `sched_info` or task switched in could not be read from
+    /// kernel memory (a task switched out whose cgroup could not be read is counted in the
+    /// cpu-time probe's [`ProbeStats::read_errors`], and its wait is not measured).
     pub read_errors: u64,
     /// Throttle episodes recorded (fentry on unthrottle_cfs_rq).
     pub throttle_episodes: u64,
@@ -453,10 +455,12 @@ pub mod names {
     pub const CPU_TIME_SLOTS_MAP: &str = "CPU_NS_BY_SLOT";
     /// Per-CPU array with one [`super::ProbeStats`].
     pub const STATS_MAP: &str = "CPU_TIME_STATS";
-    /// sched_switch program, BTF-typed raw tracepoint flavour.
-    pub const SWITCH_TP_BTF: &str = "cpu_time_tp_btf";
-    /// sched_switch program, raw tracepoint flavour.
-    pub const SWITCH_RAW_TP: &str = "cpu_time_raw_tp";
+    /// The sched_switch program (cpu time, run-queue waits and preemptions), BTF-typed raw
+    /// tracepoint flavour. (Both names fit the kernel's 15 characters, so `bpftool prog`
+    /// and the program's `fdinfo` show them whole.)
+    pub const SWITCH_TP_BTF: &str = "qosd_switch_btf";
+    /// The same program, raw tracepoint flavour.
+    pub const SWITCH_RAW_TP: &str = "qosd_switch_raw";
     /// Global holding [`super::SchedOffsets`].
     pub const SCHED_OFFSETS_GLOBAL: &str = "QOSD_SCHED_OFFSETS";
     /// Array: pid's low bits -> [`super::TaskWait`].
@@ -473,9 +477,6 @@ pub mod names {
     pub const THROTTLED_MAP: &str = "THROTTLED_CFS_RQ";
     /// Per-CPU hash: [`super::HistKey`] -> throttle episode count (or sum in ns).
     pub const THROTTLE_HIST_MAP: &str = "THROTTLE_HIST";
-    /// sched_switch program, tp_btf and raw tracepoint flavours.
-    pub const RUNQ_SWITCH_TP_BTF: &str = "runq_switch_tp_btf";
-    pub const RUNQ_SWITCH_RAW_TP: &str = "runq_switch_raw_tp";
     /// fexit on throttle_cfs_rq, fentry on unthrottle_cfs_rq.
     pub const THROTTLE_FEXIT: &str = "throttle_cfs_rq_fexit";
     pub const UNTHROTTLE_FENTRY: &str = "unthrottle_cfs_rq_fentry";

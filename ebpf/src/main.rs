@@ -1,21 +1,20 @@
 //! qosd's kernel programs.
 //!
-//! `cpu_time_*`: on every sched_switch, charge the slice that just ended to the current cgroup
-//! of the task switched out, and note the task switched in. A slice is the growth of the task's
-//! `se.sum_exec_runtime` while it ran: the scheduler's own accounting, which cpuacct and
-//! `cpu.stat` charge from, so no clock is read here (user space adds the slice in progress to
-//! its readings). The nanoseconds go into the cgroup's counter slot ([`slots`]) or, for a
-//! cgroup without one, into a per-CPU hash.
+//! `qosd_switch_*`: one handler on sched_switch serves two probes, so the switch, the
+//! hottest path the scheduler has, pays for one program run and one walk to each task's
+//! cgroup: [`cpu_time`] charges the slice that just ended to the cgroup of the task switched
+//! out, and [`runq`] records the wait that preceded it and whether the task was preempted.
 //! Two flavours of the same handler exist so user space can pick what the kernel allows:
-//! `tp_btf` (BTF-typed raw tracepoint) and `raw_tp`. Both read the task's cgroup id by
-//! following field offsets that user space read from the running kernel's BTF
-//! ([`KernelOffsets`]), so this one object serves every supported kernel.
+//! `tp_btf` (BTF-typed raw tracepoint) and `raw_tp`. Both follow field offsets that user space
+//! read from the running kernel's BTF ([`KernelOffsets`]), so this one object serves every
+//! supported kernel.
 //!
-//! [`runq`]: run-queue latency, preemption pairs and CFS throttle episodes.
+//! [`runq`] also holds the CFS throttle-episode programs (fentry/fexit).
 //! [`numa`]: NUMA hinting faults, page allocations and task migrations, local or remote.
 #![no_std]
 #![no_main]
 
+mod cpu_time;
 mod numa;
 mod runq;
 mod slots;
@@ -23,13 +22,10 @@ mod slots;
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
     macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{PerCpuArray, PerCpuHashMap},
+    maps::PerCpuArray,
     programs::{BtfTracePointContext, RawTracePointContext},
 };
-use qosd_common::{
-    KernelOffsets, MAX_CGROUPS, MAX_SLOTS, NO_SLOT, ProbeStats, RunningTask, cgroup_mode,
-    is_fair_policy,
-};
+use qosd_common::{KernelOffsets, NO_SLOT, RunningTask, cgroup_mode};
 
 /// Field offsets, written by user space before load (see `qosd::probes::btf`).
 #[unsafe(no_mangle)]
@@ -47,37 +43,19 @@ static QOSD_OFFSETS: KernelOffsets = KernelOffsets {
     task_policy: 0,
 };
 
-/// cgroup id -> nanoseconds on CPU, one counter per CPU (no shared atomics on sched_switch),
-/// for cgroups without a counter slot.
-#[map]
-static CGROUP_CPU_NS: PerCpuHashMap<u64, u64> = PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
-
-/// slot -> nanoseconds on CPU, one counter per CPU.
-#[map]
-static CPU_NS_BY_SLOT: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
-
-/// The task each CPU is running: its cgroup and since when.
+/// The task each CPU is running: its cgroup, slot and since when (shared by both probes).
 #[map]
 static RUNNING: PerCpuArray<RunningTask> = PerCpuArray::with_max_entries(1, 0);
-
-/// Health counters, one set per CPU.
-#[map]
-static CPU_TIME_STATS: PerCpuArray<ProbeStats> = PerCpuArray::with_max_entries(1, 0);
-
-/// `BPF_ANY`: create or update. For per-CPU hashes an update from a program touches only the
-/// current CPU's slot, so a racing insert from another CPU cannot lose time.
-const BPF_ANY: u64 = 0;
 
 #[btf_tracepoint(function = "sched_switch")]
 #[expect(
     clippy::needless_pass_by_value,
     reason = "aya's program macros hand over the context by value"
 )]
-pub fn cpu_time_tp_btf(ctx: BtfTracePointContext) -> i32 {
+pub fn qosd_switch_btf(ctx: BtfTracePointContext) -> i32 {
     // sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...)
-    let prev: *const u8 = ctx.arg(1);
-    let next: *const u8 = ctx.arg(2);
-    on_switch::<Direct>(prev, next);
+    let preempt: u64 = ctx.arg(0);
+    on_switch::<Direct>(preempt & 0xff != 0, ctx.arg(1), ctx.arg(2));
     0
 }
 
@@ -86,10 +64,9 @@ pub fn cpu_time_tp_btf(ctx: BtfTracePointContext) -> i32 {
     clippy::needless_pass_by_value,
     reason = "aya's program macros hand over the context by value"
 )]
-pub fn cpu_time_raw_tp(ctx: RawTracePointContext) -> i32 {
-    let prev: *const u8 = ctx.arg(1);
-    let next: *const u8 = ctx.arg(2);
-    on_switch::<Probed>(prev, next);
+pub fn qosd_switch_raw(ctx: RawTracePointContext) -> i32 {
+    let preempt: u64 = ctx.arg(0);
+    on_switch::<Probed>(preempt & 0xff != 0, ctx.arg(1), ctx.arg(2));
     0
 }
 
@@ -138,127 +115,47 @@ fn offsets() -> &'static KernelOffsets {
     unsafe { &*core::ptr::read_volatile(&&raw const QOSD_OFFSETS) }
 }
 
-/// Charges the slice that just ended to `prev`'s cgroup as it is now (a task that moved
-/// itself into a cgroup while running is charged to the new one), then starts timing `next`.
-/// `prev` is the task the previous switch on this CPU switched in: while its css_set is the
-/// one seen then, its cgroup id and slot are the ones remembered, and `next` in the same
-/// css_set shares them, so a switch walks at most one task's cgroup chain and often none.
+/// One switch: `prev`'s slice is charged ([`cpu_time`]), `next` is noted in [`RUNNING`],
+/// then `prev`'s wait and preemption are recorded ([`runq`], when user space configured it),
+/// with `next`'s cgroup as the preemptor. `RUNNING` describes the task the previous switch on
+/// this CPU switched in: while its css_set is the one seen then, its cgroup id and slot are
+/// the ones remembered, and `next` in the same css_set shares them, so a switch walks at most
+/// one task's cgroup chain and often none.
 #[inline(always)]
-fn on_switch<R: KernelRead>(prev: *const u8, next: *const u8) {
-    let Some(stats) = CPU_TIME_STATS.get_ptr_mut(0) else {
+fn on_switch<R: KernelRead>(preempt: bool, prev: *const u8, next: *const u8) {
+    let Some(stats) = cpu_time::stats() else {
         return;
     };
     let Some(running) = RUNNING.get_ptr_mut(0) else {
         return;
     };
-    // SAFETY: both pointers come from per-CPU array lookups that succeeded; the program runs
-    // with preemption disabled, so nothing else touches this CPU's slots meanwhile.
-    let (stats, running) = unsafe { (&mut *stats, &mut *running) };
+    // SAFETY: a successful per-CPU array lookup; the program runs with preemption disabled,
+    // so nothing else touches this CPU's element meanwhile.
+    let running = unsafe { &mut *running };
     stats.events += 1;
 
     let off = offsets();
     if off.cgroup_mode == 0 {
         return;
     }
+    let prev_task = cpu_time::charge_prev::<R>(prev, running, off, stats);
+    let mut runq = runq::Switch::begin::<R>(preempt, prev, prev_task);
 
-    let prev_cgroup = charge_prev::<R>(prev, running, off, stats);
     let runtime = R::read::<u64>(next, off.task_sum_exec_runtime);
-    match (remember::<R>(next, running, off, prev_cgroup), runtime) {
-        (Ok(()), Ok(runtime)) => running.start_runtime_ns = runtime,
+    let preemptor = match (remember::<R>(next, running, off, prev_task.cgroup), runtime) {
+        (Ok(()), Ok(runtime)) => {
+            running.start_runtime_ns = runtime;
+            running.cgroup_id
+        }
         _ => {
             stats.read_errors += 1;
             running.pid = 0;
             running.task = 0;
+            runq.read_error();
+            0
         }
-    }
-}
-
-/// Charges `prev`'s slice and returns its cgroup as read now, or [`TaskCgroup::UNKNOWN`] (for
-/// the idle task, or when it could not be read).
-#[inline(always)]
-fn charge_prev<R: KernelRead>(
-    prev: *const u8,
-    running: &RunningTask,
-    off: &KernelOffsets,
-    stats: &mut ProbeStats,
-) -> TaskCgroup {
-    // `prev` is the task the last switch here switched in, unless that switch could not read
-    // it, this is the first, or the kernel did not deliver a switch in between: the address
-    // says which, without a read.
-    if prev as u64 != running.task {
-        return charge_unchained::<R>(prev, off, stats);
-    }
-    let pid = running.pid;
-    if pid == 0 {
-        return TaskCgroup::UNKNOWN;
-    }
-    let Ok(runtime) = R::read::<u64>(prev, off.task_sum_exec_runtime) else {
-        stats.read_errors += 1;
-        return TaskCgroup::UNKNOWN;
     };
-    let Ok(found) = cgroup_and_slot::<R>(prev, pid, running, off) else {
-        stats.read_errors += 1;
-        return TaskCgroup::UNKNOWN;
-    };
-    if runtime > running.start_runtime_ns && found.cgroup_id != 0 {
-        add_cpu_ns(found, runtime - running.start_runtime_ns, stats);
-    }
-    found
-}
-
-/// Charges the slice of a task whose switch in was not seen here. Some kernels do not deliver
-/// every switch to BPF (6.18 in a Firecracker sandbox never reports its init's threads leaving
-/// a CPU), and the task that followed one arrived unseen. The fair scheduler itself noted
-/// where the run began: `se.prev_sum_exec_runtime`, set when it picked the task. Tasks of
-/// other classes keep no such mark, so their slice is counted as dropped.
-#[inline(always)]
-fn charge_unchained<R: KernelRead>(
-    prev: *const u8,
-    off: &KernelOffsets,
-    stats: &mut ProbeStats,
-) -> TaskCgroup {
-    stats.unchained += 1;
-    let (Ok(pid), Ok(policy), Ok(runtime), Ok(start), Ok(css_set)) = (
-        R::read::<u32>(prev, off.task_pid),
-        R::read::<u32>(prev, off.task_policy),
-        R::read::<u64>(prev, off.task_sum_exec_runtime),
-        R::read::<u64>(prev, off.task_prev_sum_exec_runtime),
-        R::read::<u64>(prev, off.task_cgroups),
-    ) else {
-        stats.read_errors += 1;
-        return TaskCgroup::UNKNOWN;
-    };
-    if pid == 0 {
-        return TaskCgroup::UNKNOWN;
-    }
-    let Ok(found) = css_set_cgroup::<R>(css_set, off) else {
-        stats.read_errors += 1;
-        return TaskCgroup::UNKNOWN;
-    };
-    if !is_fair_policy(policy) {
-        stats.dropped += 1;
-    } else if runtime > start && found.cgroup_id != 0 {
-        add_cpu_ns(found, runtime - start, stats);
-    }
-    found
-}
-
-/// Adds `delta` nanoseconds on CPU to `cgroup`'s counter.
-#[inline(always)]
-fn add_cpu_ns(cgroup: TaskCgroup, delta: u64, stats: &mut ProbeStats) {
-    if let Some(total) = CPU_NS_BY_SLOT.get_ptr_mut(cgroup.slot) {
-        // SAFETY: this CPU's element of the slot array; per-CPU elements are only written by
-        // this CPU with preemption disabled.
-        unsafe { *total += delta };
-    } else if let Some(total) = CGROUP_CPU_NS.get_ptr_mut(cgroup.cgroup_id) {
-        // SAFETY: this CPU's slot of an existing element, as above.
-        unsafe { *total += delta };
-    } else if CGROUP_CPU_NS
-        .insert(cgroup.cgroup_id, delta, BPF_ANY)
-        .is_err()
-    {
-        stats.dropped += 1;
-    }
+    runq.finish::<R>(prev, preemptor);
 }
 
 /// A task's css_set as read in this switch, and the cgroup id and counter slot behind it.
@@ -337,7 +234,10 @@ pub(crate) fn cgroup_and_slot<R: KernelRead>(
 
 /// The cgroup behind `css_set` (a task's, not the idle task's) and its slot.
 #[inline(always)]
-fn css_set_cgroup<R: KernelRead>(css_set: u64, off: &KernelOffsets) -> Result<TaskCgroup, ()> {
+pub(crate) fn css_set_cgroup<R: KernelRead>(
+    css_set: u64,
+    off: &KernelOffsets,
+) -> Result<TaskCgroup, ()> {
     let cgroup_id = css_set_cgroup_id::<R>(css_set as *const u8, off)?;
     let slot = match cgroup_id {
         0 => NO_SLOT,

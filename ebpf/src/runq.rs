@@ -1,6 +1,6 @@
 //! Run-queue latency, preemption pairs and CFS throttle episodes.
 //!
-//! `runq_switch_*` (sched_switch; `tp_btf` and `raw_tp` flavours): the kernel already times
+//! The run-queue half of the sched_switch handler ([`Switch`]): the kernel already times
 //! every wait in `task->sched_info`: it adds each wait on a run queue to `run_delay` when the
 //! wait ends (the task arrives on a CPU, or is moved off a run queue while waiting). So this
 //! handler reads no clock and needs no wakeup hook: when a task leaves a CPU, the growth of
@@ -17,17 +17,18 @@
 //! `unthrottle_cfs_rq`, recorded in a per-cgroup log2 histogram.
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
-    macros::{btf_tracepoint, fentry, fexit, map, raw_tracepoint},
+    macros::{fentry, fexit, map},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
-    programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext},
+    programs::{FEntryContext, FExitContext},
 };
 use qosd_common::{
-    HistBucket, HistKey, KernelOffsets, MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS, MAX_SLOTS,
-    MAX_TASK_WAITS, MAX_THROTTLED_CFS_RQS, PreemptKey, PreemptValue, RunningTask, RunqSlot,
-    RunqStats, SchedOffsets, TaskWait, log2_bucket, task_wait_index,
+    HistBucket, HistKey, MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS, MAX_SLOTS, MAX_TASK_WAITS,
+    MAX_THROTTLED_CFS_RQS, PreemptKey, PreemptValue, RunqSlot, RunqStats, SchedOffsets, TaskWait,
+    log2_bucket, task_wait_index,
 };
 
-use crate::{Direct, KernelRead, Probed, TaskCgroup, cgroup_and_slot, offsets, read_at, remember};
+use crate::cpu_time::PrevTask;
+use crate::{KernelRead, TaskCgroup, offsets, read_at};
 
 /// Offsets beyond [`KernelOffsets`], written by user space before load.
 #[unsafe(no_mangle)]
@@ -45,10 +46,6 @@ static QOSD_SCHED_OFFSETS: SchedOffsets = SchedOffsets {
 /// pid's low bits -> the task's `sched_info` when it last left a CPU.
 #[map]
 static TASK_WAITS: Array<TaskWait> = Array::with_max_entries(MAX_TASK_WAITS, 0);
-
-/// The task each CPU is running: its pid, cgroup and slot (`start_runtime_ns` unused).
-#[map]
-static RUNQ_RUNNING: PerCpuArray<RunningTask> = PerCpuArray::with_max_entries(1, 0);
 
 /// slot -> the cgroup's waits and preemptions, one set per CPU.
 #[map]
@@ -86,29 +83,6 @@ const TASK_RUNNING: u32 = 0;
 /// `TASK_DEAD`: the state of a task's last switch out.
 const TASK_DEAD: u32 = 0x80;
 
-#[btf_tracepoint(function = "sched_switch")]
-#[expect(
-    clippy::needless_pass_by_value,
-    reason = "aya's program macros hand over the context by value"
-)]
-pub fn runq_switch_tp_btf(ctx: BtfTracePointContext) -> i32 {
-    // sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...)
-    let preempt: u64 = ctx.arg(0);
-    on_switch::<Direct>(preempt & 0xff != 0, ctx.arg(1), ctx.arg(2));
-    0
-}
-
-#[raw_tracepoint(tracepoint = "sched_switch")]
-#[expect(
-    clippy::needless_pass_by_value,
-    reason = "aya's program macros hand over the context by value"
-)]
-pub fn runq_switch_raw_tp(ctx: RawTracePointContext) -> i32 {
-    let preempt: u64 = ctx.arg(0);
-    on_switch::<Probed>(preempt & 0xff != 0, ctx.arg(1), ctx.arg(2));
-    0
-}
-
 #[inline(always)]
 fn sched_offsets() -> &'static SchedOffsets {
     // SAFETY: plain-data static living for the program's run; see `crate::offsets` for why
@@ -130,31 +104,55 @@ fn now_ns() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-#[inline(always)]
-fn on_switch<R: KernelRead>(preempt: bool, prev: *const u8, next: *const u8) {
-    let Some(stats) = stats() else {
-        return;
-    };
-    stats.switches += 1;
-    let off = offsets();
-    let soff = sched_offsets();
-    if off.cgroup_mode == 0 || soff.configured == 0 {
-        return;
+/// The run-queue half of one sched_switch: its health counters (none when user space did
+/// not configure the probe, which then counts nothing) and what it learnt of the task leaving.
+pub(crate) struct Switch {
+    stats: Option<&'static mut RunqStats>,
+    leaving: Leaving,
+}
+
+impl Switch {
+    /// Reads what the wait and preemption of `prev` need beyond what the cpu-time half read
+    /// (`prev_task`): whether it is still runnable or exiting.
+    #[inline(always)]
+    pub(crate) fn begin<R: KernelRead>(
+        preempt: bool,
+        prev: *const u8,
+        prev_task: PrevTask,
+    ) -> Self {
+        let soff = sched_offsets();
+        let stats = if soff.configured == 0 { None } else { stats() };
+        let Some(stats) = stats else {
+            return Self {
+                stats: None,
+                leaving: Leaving::NONE,
+            };
+        };
+        stats.switches += 1;
+        let leaving = leaving::<R>(preempt, prev, prev_task, soff, stats);
+        Self {
+            stats: Some(stats),
+            leaving,
+        }
     }
-    let Some(running) = RUNQ_RUNNING.get_ptr_mut(0) else {
-        return;
-    };
-    // SAFETY: a successful per-CPU array lookup; programs run with preemption disabled, so
-    // only this invocation touches this CPU's element meanwhile.
-    let running = unsafe { &mut *running };
-    // `running` describes `prev` (the task the previous switch here switched in) until it is
-    // overwritten with `next`.
-    let leaving = leaving::<R>(preempt, prev, running, off, soff, stats);
-    if remember::<R>(next, running, off, leaving.cgroup).is_err() {
-        stats.read_errors += 1;
+
+    /// The task switched in could not be read.
+    #[inline(always)]
+    pub(crate) fn read_error(&mut self) {
+        if let Some(stats) = self.stats.as_deref_mut() {
+            stats.read_errors += 1;
+        }
     }
-    if leaving.pid != 0 {
-        departed::<R>(prev, &leaving, running.cgroup_id, soff, stats);
+
+    /// Records `prev`'s departure; `preemptor` is the cgroup of the task switched in (0 when
+    /// unknown).
+    #[inline(always)]
+    pub(crate) fn finish<R: KernelRead>(self, prev: *const u8, preemptor: u64) {
+        if let Some(stats) = self.stats
+            && self.leaving.pid != 0
+        {
+            departed::<R>(prev, &self.leaving, preemptor, sched_offsets(), stats);
+        }
     }
 }
 
@@ -172,34 +170,26 @@ struct Leaving {
     cgroup: TaskCgroup,
 }
 
-/// The task leaving the CPU.
-#[inline(always)]
-fn leaving<R: KernelRead>(
-    preempt: bool,
-    prev: *const u8,
-    prev_task: &RunningTask,
-    off: &KernelOffsets,
-    soff: &SchedOffsets,
-    stats: &mut RunqStats,
-) -> Leaving {
-    let none = Leaving {
+impl Leaving {
+    const NONE: Self = Self {
         pid: 0,
         preempted: false,
         dead: false,
         cgroup: TaskCgroup::UNKNOWN,
     };
-    // `prev` is the task the last switch here switched in, unless that switch could not read
-    // it (or this is the first): the address says which, without a read.
-    let pid = if prev as u64 == prev_task.task {
-        prev_task.pid
-    } else if let Ok(pid) = R::read::<u32>(prev, off.task_pid) {
-        pid
-    } else {
-        stats.read_errors += 1;
-        return none;
-    };
-    if pid == 0 {
-        return none;
+}
+
+/// The task leaving the CPU: `prev_task` as the cpu-time half read it, and its state.
+#[inline(always)]
+fn leaving<R: KernelRead>(
+    preempt: bool,
+    prev: *const u8,
+    prev_task: PrevTask,
+    soff: &SchedOffsets,
+    stats: &mut RunqStats,
+) -> Leaving {
+    if prev_task.pid == 0 {
+        return Leaving::NONE;
     }
     // A preempted task is runnable, so its state only matters for a switch that is not a
     // preemption.
@@ -209,17 +199,13 @@ fn leaving<R: KernelRead>(
         state
     } else {
         stats.read_errors += 1;
-        return none;
-    };
-    let Ok(cgroup) = cgroup_and_slot::<R>(prev, pid, prev_task, off) else {
-        stats.read_errors += 1;
-        return none;
+        return Leaving::NONE;
     };
     Leaving {
-        pid,
+        pid: prev_task.pid,
         preempted: state == TASK_RUNNING,
         dead: state & TASK_DEAD != 0,
-        cgroup,
+        cgroup: prev_task.cgroup,
     }
 }
 

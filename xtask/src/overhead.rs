@@ -9,7 +9,8 @@
 //! event and events per second; for qosd, scraped every second meanwhile, also its own CPU
 //! time and RSS over the window.
 //! An empty bpftrace handler on sched_switch is measured too: the floor of this machine.
-//! Target: qosd's sched_switch handlers at most 100 ns per event on average.
+//! Target: qosd's sched_switch handler (one program: CPU time, run-queue waits and preemption
+//! pairs) at most 100 ns per event on average.
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -191,9 +192,9 @@ fn rows(
 }
 
 /// The scheduler hook a program runs on, from its name: qosd's programs are named after
-/// their probe and hook (`cpu_time_*` is on sched_switch), bpftrace's after the tracepoint.
+/// their hook (`qosd_switch_*` is on sched_switch), bpftrace's after the tracepoint.
 fn hook_of(name: &str) -> &'static str {
-    if name.contains("switch") || name.starts_with("cpu_time") {
+    if name.contains("switch") {
         "sched_switch"
     } else if name.contains("wakeup_ne") {
         "sched_wakeup_new"
@@ -310,7 +311,7 @@ fn prog_name(id: u32) -> Result<String> {
     Ok(parse_prog_name(&out).unwrap_or("?").to_owned())
 }
 
-/// The `name` of `bpftool prog show` text (`42: tracing  name runq_switch_tp_b  tag ...`).
+/// The `name` of `bpftool prog show` text (`42: tracing  name qosd_switch_btf  tag ...`).
 fn parse_prog_name(text: &str) -> Option<&str> {
     let mut words = text.split_whitespace();
     words.find(|w| *w == "name")?;
@@ -422,8 +423,8 @@ mod tests {
 
     #[test]
     fn programs_are_grouped_by_hook() {
-        assert_eq!(hook_of("cpu_time_tp_btf"), "sched_switch");
-        assert_eq!(hook_of("runq_switch_raw_tp"), "sched_switch");
+        assert_eq!(hook_of("qosd_switch_btf"), "sched_switch");
+        assert_eq!(hook_of("qosd_switch_raw"), "sched_switch");
         assert_eq!(hook_of("runq_wakeup_new_tp_btf"), "sched_wakeup_new");
         assert_eq!(hook_of("sched_wakeup_ne"), "sched_wakeup_new");
         assert_eq!(hook_of("runq_wakeup_tp_btf"), "sched_wakeup");
@@ -432,8 +433,8 @@ mod tests {
 
     #[test]
     fn bpftool_text_gives_the_name() {
-        let text = "42: tracing  name runq_switch_tp_b  tag 0123456789abcdef  gpl run_time_ns 10 run_cnt 2\n\tloaded_at 2026-12-03T07:00:00+0000  uid 0\n";
-        assert_eq!(parse_prog_name(text), Some("runq_switch_tp_b"));
+        let text = "42: tracing  name qosd_switch_btf  tag 0123456789abcdef  gpl run_time_ns 10 run_cnt 2\n\tloaded_at 2026-12-03T07:00:00+0000  uid 0\n";
+        assert_eq!(parse_prog_name(text), Some("qosd_switch_btf"));
         assert_eq!(parse_prog_name("42: tracing  tag 01\n"), None);
     }
 }

@@ -16,7 +16,8 @@ use super::families::{
     MAP_ENTRIES_HELP, ProbeHealth, as_f64, cgroup_labels, family, sample_and_paths,
 };
 use crate::cm::index::WorkloadIndex;
-use crate::probes::cpu_time::{CpuTimeProbe, CpuTimeSample, PROBE_NAME};
+use crate::probes::cpu_time::{CpuTimeSample, PROBE_NAME};
+use crate::probes::sched_switch::SharedSwitchProbe;
 use qosd_common::{MAX_CGROUPS, MAX_SLOTS, names};
 
 /// Where the per-cgroup counters come from: the kernel probe, or a fake in tests.
@@ -27,13 +28,13 @@ pub trait CpuTimeSource: Send {
     fn forget(&mut self, cgroup_ids: &[u64]);
 }
 
-impl CpuTimeSource for CpuTimeProbe {
+impl CpuTimeSource for SharedSwitchProbe {
     fn sample(&mut self) -> Result<CpuTimeSample, String> {
-        CpuTimeProbe::sample(self).map_err(|e| e.to_string())
+        self.lock().sample_cpu_time().map_err(|e| e.to_string())
     }
 
     fn forget(&mut self, cgroup_ids: &[u64]) {
-        if let Err(e) = CpuTimeProbe::forget(self, cgroup_ids) {
+        if let Err(e) = self.lock().forget(cgroup_ids) {
             tracing::warn!(error = %e, "removing counters of deleted cgroups");
         }
     }

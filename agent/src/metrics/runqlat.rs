@@ -21,7 +21,8 @@ use prometheus::proto::{self, MetricFamily, MetricType};
 use super::families::{ProbeHealth, as_f64, cgroup_labels, family, label_pairs, sample_and_paths};
 use crate::cgroup::CgroupPaths;
 use crate::cm::index::WorkloadIndex;
-use crate::probes::runqlat::{self, Log2Histogram, RunqSample, SchedProbe};
+use crate::probes::runqlat::{self, Log2Histogram, RunqSample};
+use crate::probes::sched_switch::SharedSwitchProbe;
 use crate::probes::throttle;
 use qosd_common::{MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS, MAX_SLOTS, MAX_THROTTLED_CFS_RQS, names};
 
@@ -35,19 +36,19 @@ pub trait RunqSource: Send {
     fn episodes_live(&self) -> bool;
 }
 
-impl RunqSource for SchedProbe {
+impl RunqSource for SharedSwitchProbe {
     fn sample(&mut self) -> Result<RunqSample, String> {
-        SchedProbe::sample(self).map_err(|e| e.to_string())
+        self.lock().sample_runq().map_err(|e| e.to_string())
     }
 
     fn forget(&mut self, cgroup_ids: &[u64]) {
-        if let Err(e) = SchedProbe::forget(self, cgroup_ids) {
+        if let Err(e) = self.lock().forget(cgroup_ids) {
             tracing::warn!(error = %e, "removing run-queue counters of deleted cgroups");
         }
     }
 
     fn episodes_live(&self) -> bool {
-        *self.throttle_mode() == crate::probes::ProbeMode::Fentry
+        *self.lock().throttle_mode() == crate::probes::ProbeMode::Fentry
     }
 }
 

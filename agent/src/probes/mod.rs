@@ -3,9 +3,10 @@
 //!
 //! - [`btf`]: struct offsets from the running kernel's BTF.
 //! - [`features`]: what the kernel offers (version, BTF, fentry, kprobes) for `qosd check`.
+//! - [`sched_switch`]: the one sched_switch handler both following probes count in.
 //! - [`cpu_time`]: on-CPU time per cgroup from sched_switch.
 //! - [`runqlat`]: run-queue latency and preemption pairs per cgroup.
-//! - [`slots`]: which cgroup owns which counter slot of the sched_switch handlers.
+//! - [`slots`]: which cgroup owns which counter slot of the sched_switch handler.
 //! - [`throttle`]: CFS throttle episodes (fentry) and `cpu.stat` counters.
 //! - [`numa`]: NUMA hinting faults, page allocations and task migrations, local or remote.
 pub mod btf;
@@ -13,6 +14,7 @@ pub mod cpu_time;
 pub mod features;
 pub mod numa;
 pub mod runqlat;
+pub mod sched_switch;
 pub mod slots;
 pub mod throttle;
 
@@ -61,30 +63,30 @@ impl fmt::Display for ProbeMode {
     }
 }
 
-/// The probes that load their own copy of the kernel object.
+/// The loads of the kernel object: the sched_switch object (cpu time, run-queue latency,
+/// throttle episodes) and the NUMA probes' (separate, so either degrades alone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Loader {
-    CpuTime,
-    Runq,
+    SchedSwitch,
     Numa,
 }
 
 /// The object's maps and the loads that use them. Each load shrinks the maps it never
 /// touches to one entry (maps are created for the whole object, used or not).
 const MAP_USERS: &[(&str, &[Loader])] = &[
-    (names::CPU_TIME_MAP, &[Loader::CpuTime]),
-    (names::CPU_TIME_SLOTS_MAP, &[Loader::CpuTime]),
-    (names::RUNNING_MAP, &[Loader::CpuTime]),
-    (names::STATS_MAP, &[Loader::CpuTime]),
-    (names::SLOT_MAP, &[Loader::CpuTime, Loader::Runq]),
-    (names::SLOT_CACHE_MAP, &[Loader::CpuTime, Loader::Runq]),
-    (names::TASK_WAITS_MAP, &[Loader::Runq]),
-    (names::RUNQ_SLOTS_MAP, &[Loader::Runq]),
-    (names::RUNQ_HIST_MAP, &[Loader::Runq]),
-    (names::PREEMPT_MAP, &[Loader::Runq]),
-    (names::RUNQ_STATS_MAP, &[Loader::Runq]),
-    (names::THROTTLED_MAP, &[Loader::Runq]),
-    (names::THROTTLE_HIST_MAP, &[Loader::Runq]),
+    (names::CPU_TIME_MAP, &[Loader::SchedSwitch]),
+    (names::CPU_TIME_SLOTS_MAP, &[Loader::SchedSwitch]),
+    (names::RUNNING_MAP, &[Loader::SchedSwitch]),
+    (names::STATS_MAP, &[Loader::SchedSwitch]),
+    (names::SLOT_MAP, &[Loader::SchedSwitch]),
+    (names::SLOT_CACHE_MAP, &[Loader::SchedSwitch]),
+    (names::TASK_WAITS_MAP, &[Loader::SchedSwitch]),
+    (names::RUNQ_SLOTS_MAP, &[Loader::SchedSwitch]),
+    (names::RUNQ_HIST_MAP, &[Loader::SchedSwitch]),
+    (names::PREEMPT_MAP, &[Loader::SchedSwitch]),
+    (names::RUNQ_STATS_MAP, &[Loader::SchedSwitch]),
+    (names::THROTTLED_MAP, &[Loader::SchedSwitch]),
+    (names::THROTTLE_HIST_MAP, &[Loader::SchedSwitch]),
     (names::NUMA_HINT_FAULTS_MAP, &[Loader::Numa]),
     (names::NUMA_PAGE_ALLOCS_MAP, &[Loader::Numa]),
     (names::NUMA_MIGRATIONS_MAP, &[Loader::Numa]),

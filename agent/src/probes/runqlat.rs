@@ -2,10 +2,9 @@
 //! for a CPU (after a wakeup or a preemption), and preemptions counted per (victim cgroup,
 //! preemptor cgroup) pair with the waits they caused.
 //!
-//! One sched_switch handler does it all, as `tp_btf`, or as `raw_tracepoint` when the kernel
-//! refuses BTF-typed tracepoints; a fresh object is loaded for the fallback so no half-attached
-//! set stays behind. The same object carries the throttle-episode programs (see
-//! [`super::throttle`]), attached afterwards where fentry/fexit is allowed.
+//! The counting is the run-queue half of the sched_switch object's handler
+//! ([`super::sched_switch`]), whose load also carries the throttle-episode programs (see
+//! [`super::throttle`]); this module finds the offsets it needs and reads its maps.
 //!
 //! The waits are the kernel's own: `task->sched_info` (`CONFIG_SCHED_INFO`, which schedstats
 //! and delay accounting select) sums every wait into `run_delay`, on the run queue's clock.
@@ -16,17 +15,15 @@
 use std::collections::HashMap;
 
 use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
-use aya::programs::{BtfTracePoint, RawTracePoint};
-use aya::{Btf, Ebpf, EbpfLoader};
 use qosd_common::{
-    HIST_MAX_BUCKET, HistBucket, HistKey, KernelOffsets, MAX_SLOTS, PreemptKey, PreemptValue,
-    RunqSlot, RunqStats, SchedOffsets, names,
+    HIST_MAX_BUCKET, HistBucket, HistKey, PreemptKey, PreemptValue, RunqSlot, RunqStats,
+    SchedOffsets, names,
 };
 
 use super::btf::{BtfError, KernelBtf};
-use super::slots::{self, SlotError, SlotTable};
-use super::throttle;
-use super::{EBPF_OBJECT, ProbeMode, error_chain, program_as};
+use super::sched_switch::SwitchProbe;
+use super::slots::{self, SlotError};
+use super::{ProbeMode, error_chain};
 
 /// The probe's name in `qosd check` and in `qosd_probe_info{probe}`.
 pub const PROBE_NAME: &str = "runqlat";
@@ -34,15 +31,9 @@ pub const PROBE_NAME: &str = "runqlat";
 /// Where the waits come from, for `check` and the logs.
 pub const WAIT_SOURCE: &str = "sched_info";
 
-/// Errors of the run-queue latency probe.
+/// Errors reading the run-queue maps.
 #[derive(Debug, thiserror::Error)]
 pub enum RunqlatError {
-    #[error("the kernel object is empty: this qosd was built with AYA_BUILD_SKIP=1")]
-    EmptyObject,
-    #[error("reading kernel struct offsets: {0}")]
-    Offsets(#[from] BtfError),
-    #[error("no attach mode worked: {0}")]
-    NoMode(String),
     #[error("map {map}: {detail}")]
     Map { map: &'static str, detail: String },
     #[error("counter slots: {0}")]
@@ -95,95 +86,10 @@ pub struct RunqSample {
     pub map_entries: Vec<(&'static str, usize)>,
 }
 
-/// The loaded object with the run-queue programs and, where allowed, the throttle programs.
-/// Dropping it detaches everything.
-pub struct SchedProbe {
-    ebpf: Ebpf,
-    mode: ProbeMode,
-    refused: Vec<(ProbeMode, String)>,
-    throttle_mode: ProbeMode,
-    slots: SlotTable,
-}
-
-impl SchedProbe {
-    /// Loads the object with offsets for the running kernel, attaches the run-queue handlers
-    /// (tp_btf, else raw_tracepoint), then tries the throttle-episode programs.
-    pub fn attach(v1_cpu: bool, prefer_raw_tracepoint: bool) -> Result<Self, RunqlatError> {
-        if EBPF_OBJECT.is_empty() {
-            return Err(RunqlatError::EmptyObject);
-        }
-        let btf = KernelBtf::from_running_kernel()?;
-        let offsets = btf.kernel_offsets(v1_cpu)?;
-        let sched = sched_offsets(&btf)?;
-        let candidates: &[ProbeMode] = if prefer_raw_tracepoint {
-            &[ProbeMode::RawTracepoint]
-        } else {
-            &[ProbeMode::TpBtf, ProbeMode::RawTracepoint]
-        };
-        let mut refused: Vec<(ProbeMode, String)> = Vec::new();
-        for candidate in candidates {
-            match load_and_attach(&offsets, &sched.offsets, candidate) {
-                Ok(mut ebpf) => {
-                    let throttle_mode = match &sched.throttle_missing {
-                        None => throttle::attach_episodes(&mut ebpf),
-                        Some(why) => {
-                            let features = super::features::KernelFeatures::detect();
-                            ProbeMode::Unavailable(format!(
-                                "fentry: {}; offsets: {why}",
-                                features.fentry
-                            ))
-                        }
-                    };
-                    tracing::info!(
-                        probe = PROBE_NAME,
-                        mode = candidate.label(),
-                        waits = WAIT_SOURCE,
-                        throttle_episodes = %throttle_mode,
-                        "probe attached"
-                    );
-                    for (m, why) in &refused {
-                        tracing::info!(probe = PROBE_NAME, mode = m.label(), reason = %why, "mode refused by the kernel");
-                    }
-                    return Ok(Self {
-                        ebpf,
-                        mode: candidate.clone(),
-                        refused,
-                        throttle_mode,
-                        slots: SlotTable::new(MAX_SLOTS),
-                    });
-                }
-                Err(reason) => refused.push((candidate.clone(), reason)),
-            }
-        }
-        let all = refused
-            .iter()
-            .map(|(mode, why)| format!("{}: {why}", mode.label()))
-            .collect::<Vec<_>>()
-            .join("; ");
-        Err(RunqlatError::NoMode(all))
-    }
-
-    /// The attach mode of the run-queue handlers.
-    #[must_use]
-    pub fn mode(&self) -> &ProbeMode {
-        &self.mode
-    }
-
-    /// Modes tried before the one in use, with the kernel's reasons.
-    #[must_use]
-    pub fn refused_modes(&self) -> &[(ProbeMode, String)] {
-        &self.refused
-    }
-
-    /// The mode of the throttle-episode programs (fentry, or unavailable with the reason).
-    #[must_use]
-    pub fn throttle_mode(&self) -> &ProbeMode {
-        &self.throttle_mode
-    }
-
+impl SwitchProbe {
     /// Reads every counter: the hashes' and the slots', added. Cgroups found in the hashes
     /// without a slot get one first, so their next events take the slot path.
-    pub fn sample(&mut self) -> Result<RunqSample, RunqlatError> {
+    pub fn sample_runq(&mut self) -> Result<RunqSample, RunqlatError> {
         let mut sample = RunqSample::default();
         let (mut waits, entries) = self.read_hist(names::RUNQ_HIST_MAP)?;
         sample.map_entries.push((names::RUNQ_HIST_MAP, entries));
@@ -204,15 +110,11 @@ impl SchedProbe {
         }
         sample.map_entries.push((names::PREEMPT_MAP, pair_entries));
 
-        slots::assign(
-            &mut self.ebpf,
-            &mut self.slots,
+        self.assign_slots(
             waits
                 .keys()
                 .chain(sample.preemptions.keys().map(|(victim, _)| victim))
                 .copied(),
-            names::RUNQ_SLOTS_MAP,
-            RunqSlot::EMPTY,
         )?;
         for (cgroup_id, slot) in self.slots.assigned() {
             let per_cpu = slots::read::<RunqSlot>(&self.ebpf, names::RUNQ_SLOTS_MAP, slot)?;
@@ -243,7 +145,7 @@ impl SchedProbe {
             .map_entries
             .push((names::RUNQ_SLOTS_MAP, self.slots.len()));
 
-        if self.throttle_mode == ProbeMode::Fentry {
+        if *self.throttle_mode() == ProbeMode::Fentry {
             let (episodes, entries) = self.read_hist(names::THROTTLE_HIST_MAP)?;
             sample.throttle_episodes = episodes;
             sample.map_entries.push((names::THROTTLE_HIST_MAP, entries));
@@ -274,12 +176,9 @@ impl SchedProbe {
         Ok(sample)
     }
 
-    /// Removes every entry of cgroups that no longer exist, keeping the maps bounded.
-    pub fn forget(&mut self, cgroup_ids: &[u64]) -> Result<(), RunqlatError> {
-        if cgroup_ids.is_empty() {
-            return Ok(());
-        }
-        slots::release(&mut self.ebpf, &mut self.slots, cgroup_ids)?;
+    /// Removes the run-queue hash entries of cgroups that no longer exist (their slots are
+    /// withdrawn by [`SwitchProbe::forget`]).
+    pub(super) fn forget_runq_entries(&mut self, cgroup_ids: &[u64]) -> Result<(), RunqlatError> {
         for name in [names::RUNQ_HIST_MAP, names::THROTTLE_HIST_MAP] {
             let map = self.ebpf.map_mut(name).ok_or_else(|| missing_map(name))?;
             let mut hist: PerCpuHashMap<&mut MapData, HistKey, HistBucket> =
@@ -351,13 +250,15 @@ impl SchedProbe {
 }
 
 /// Offsets for the run-queue and throttle programs, and whether the throttle ones exist.
-struct SchedOffsetsFound {
-    offsets: SchedOffsets,
+pub(super) struct SchedOffsetsFound {
+    pub(super) offsets: SchedOffsets,
     /// Why the throttle programs cannot run, when an offset is missing.
-    throttle_missing: Option<String>,
+    pub(super) throttle_missing: Option<String>,
 }
 
-fn sched_offsets(btf: &KernelBtf) -> Result<SchedOffsetsFound, BtfError> {
+/// The run-queue offsets (an error when one is missing: the handler's run-queue half then
+/// counts nothing) and the throttle programs' (missing ones are reported in the result).
+pub(super) fn sched_offsets(btf: &KernelBtf) -> Result<SchedOffsetsFound, BtfError> {
     // `state` became `__state` in 5.14.
     let task_state = btf
         .member_offset("task_struct", "__state")
@@ -390,42 +291,6 @@ fn sched_offsets(btf: &KernelBtf) -> Result<SchedOffsetsFound, BtfError> {
         },
         throttle_missing,
     })
-}
-
-/// A fresh object with the run-queue handlers attached in `mode`.
-fn load_and_attach(
-    offsets: &KernelOffsets,
-    sched: &SchedOffsets,
-    mode: &ProbeMode,
-) -> Result<Ebpf, String> {
-    let mut loader = EbpfLoader::new();
-    loader
-        .override_global(names::OFFSETS_GLOBAL, offsets, true)
-        .override_global(names::SCHED_OFFSETS_GLOBAL, sched, true);
-    super::shrink_unused_maps(&mut loader, super::Loader::Runq);
-    let mut ebpf = loader
-        .load(EBPF_OBJECT)
-        .map_err(|e| format!("loading the kernel object: {}", error_chain(&e)))?;
-    let tracepoint = "sched_switch";
-    if *mode == ProbeMode::TpBtf {
-        let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", error_chain(&e)))?;
-        let program: &mut BtfTracePoint = program_as(&mut ebpf, names::RUNQ_SWITCH_TP_BTF)?;
-        program
-            .load(tracepoint, &btf)
-            .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
-        program
-            .attach()
-            .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
-    } else {
-        let program: &mut RawTracePoint = program_as(&mut ebpf, names::RUNQ_SWITCH_RAW_TP)?;
-        program
-            .load()
-            .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
-        program
-            .attach(tracepoint)
-            .map_err(|e| format!("{tracepoint}: {}", error_chain(&e)))?;
-    }
-    Ok(ebpf)
 }
 
 /// Adds a count and a wait to a pair's total.

@@ -1,7 +1,7 @@
-//! Counter slots, user side: which cgroup owns which element of a probe's per-CPU slot
-//! arrays (the kernel side is `ebpf/src/slots.rs`).
+//! Counter slots, user side: which cgroup owns which element of the sched_switch handler's
+//! per-CPU slot arrays (the kernel side is `ebpf/src/slots.rs`).
 //!
-//! The sched_switch handlers add to a per-CPU array element, found through a small per-CPU
+//! The sched_switch handler adds to a per-CPU array element, found through a small per-CPU
 //! cache, instead of looking each cgroup up in a hash on every switch. The elements are handed
 //! out here: a cgroup gets a slot once the probe has counted it in its hash (its first events
 //! always go there), so the slot holds everything after and the reading is the hash's value
@@ -113,15 +113,14 @@ impl SlotTable {
     }
 }
 
-/// Gives a slot to each of `cgroup_ids` that has none, while slots are free: zeroes the slot's
-/// element of `values` on every CPU, then publishes it in `CGROUP_SLOT`. Returns how many were
-/// assigned.
-pub fn assign<T: aya::Pod>(
+/// Gives a slot to each of `cgroup_ids` that has none, while slots are free: `zero` empties
+/// the slot's elements (of every array it indexes, on every CPU), then the slot is published
+/// in `CGROUP_SLOT`. Returns how many were assigned.
+pub fn assign(
     ebpf: &mut Ebpf,
     table: &mut SlotTable,
     cgroup_ids: impl IntoIterator<Item = u64>,
-    values: &'static str,
-    empty: T,
+    zero: impl Fn(&mut Ebpf, u32) -> Result<(), SlotError>,
 ) -> Result<usize, SlotError> {
     let now = Instant::now();
     let mut assigned = 0;
@@ -132,8 +131,7 @@ pub fn assign<T: aya::Pod>(
         let Some(slot) = table.take(cgroup_id, now) else {
             break;
         };
-        let published =
-            zero(ebpf, values, slot, empty).and_then(|()| publish(ebpf, cgroup_id, slot));
+        let published = zero(ebpf, slot).and_then(|()| publish(ebpf, cgroup_id, slot));
         if let Err(e) = published {
             // Not published: the slot is free again at once (nothing can have cached it).
             table.by_cgroup.remove(&cgroup_id);
@@ -173,7 +171,8 @@ pub fn read<T: aya::Pod>(
     array.get(&slot, 0).map_err(|e| SlotError::new(values, &e))
 }
 
-fn zero<T: aya::Pod>(
+/// Sets `slot`'s element of the per-CPU array `values` to `empty` on every CPU.
+pub fn zero<T: aya::Pod>(
     ebpf: &mut Ebpf,
     values: &'static str,
     slot: u32,

@@ -2,8 +2,8 @@
 //! `unthrottle_cfs_rq` (where the kernel allows tracing programs), and the cgroups' own
 //! `cpu.stat` counters (everywhere).
 //!
-//! The episode programs live in the same object as the run-queue probe
-//! ([`super::runqlat::SchedProbe`]); this module attaches them and reads `cpu.stat`.
+//! The episode programs live in the sched_switch object ([`super::sched_switch::SwitchProbe`]);
+//! this module attaches them and reads `cpu.stat`.
 use std::path::{Path, PathBuf};
 
 use aya::programs::{FEntry, FExit};

@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use crate::agent::{Agent, sample_value};
 use crate::harness::{Context, Outcome, fail};
+use qosd_common::names;
 
-/// Kernel program names of the cpu-time probe (BPF names are cut at 15 characters).
-const PROGRAM_NAMES: [&str; 2] = ["cpu_time_tp_btf", "cpu_time_raw_tp"];
+/// Kernel program names of the sched_switch handler (cpu_time and runqlat), both flavours.
+const PROGRAM_NAMES: [&str; 2] = [names::SWITCH_TP_BTF, names::SWITCH_RAW_TP];
 const ATTACH_MODES: [&str; 2] = ["tp_btf", "raw_tracepoint"];
 
 /// `qosd check` names the running kernel, the cgroup layout (judged here from the mount table
@@ -164,7 +165,7 @@ fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
     let ours: BTreeSet<u32> = probe_programs()?.difference(&before).copied().collect();
     if ours.is_empty() {
         return Err(format!(
-            "qosd (pid {:?}) loaded no cpu_time program",
+            "qosd (pid {:?}) loaded no sched_switch program",
             agent.pid()
         ));
     }
@@ -189,7 +190,7 @@ fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
     Ok(detail)
 }
 
-/// Ids of the cpu-time programs loaded in the kernel right now (by anyone).
+/// Ids of the sched_switch programs loaded in the kernel right now (by anyone).
 fn probe_programs() -> Result<BTreeSet<u32>, String> {
     let mut ids = BTreeSet::new();
     for info in aya::programs::loaded_programs() {

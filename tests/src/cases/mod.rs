@@ -78,6 +78,10 @@ pub fn all() -> Vec<Case> {
             run: runqlat::preemption_pairs,
         },
         Case {
+            name: "sched_switch_counters_of_removed_cgroups_are_dropped",
+            run: runqlat::removed_cgroups_forgotten,
+        },
+        Case {
             name: "cpu_throttling_counters_match_cpu_stat",
             run: throttle::counters_match_cpu_stat,
         },

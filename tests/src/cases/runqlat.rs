@@ -222,6 +222,98 @@ fn run_pairs(ctx: &Context) -> Result<Option<String>, String> {
     )))
 }
 
+/// Once two busy cgroups are removed, the sched_switch object forgets them: their counter
+/// slots are withdrawn (slots in use drop by at least two), their cpu-time hash entries are
+/// deleted (`CGROUP_CPU_NS` entries drop by at least two), and no CPU-time, wait-histogram or
+/// preemption series names them any more.
+pub fn removed_cgroups_forgotten(ctx: &Context) -> Outcome {
+    match forget_removed(ctx) {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(e) => fail(e),
+    }
+}
+
+/// Metric families whose series name a cgroup by path.
+const PER_CGROUP_SERIES: [&str; 3] = [
+    "qosd_cgroup_cpu_seconds_total{",
+    "qosd_runqueue_latency_seconds_count{",
+    "qosd_cgroup_preemptions_total{",
+];
+
+fn forget_removed(ctx: &Context) -> Result<String, String> {
+    let agent = Agent::start(&ctx.qosd, Duration::from_secs(60))?;
+    let mut cgroups = TestCgroups::create("qosd-systest-forget")?;
+    let children = ["a", "b"];
+    let cpu = last_allowed_cpu()?;
+    let exe = ctx.self_exe.clone();
+    for child in children {
+        cgroups.mkdir(child)?;
+        let pid = cgroups.spawn_in(child, &exe, &["spin", "2"])?;
+        wait_exec(pid)?;
+        pin(pid, cpu)?;
+    }
+    // The first scrape gives the cgroups counted in the hashes their slots; the second shows
+    // them, with their waits and preemptions of each other.
+    std::thread::sleep(Duration::from_secs(1));
+    agent.scrape()?;
+    cgroups.wait_all()?;
+    let before = agent.scrape()?;
+    let named = |text: &str, label: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| PER_CGROUP_SERIES.iter().any(|f| l.starts_with(f)))
+            .filter(|l| l.contains(&format!("\"{label}\"")))
+            .map(str::to_owned)
+            .collect()
+    };
+    for child in children {
+        let label = cgroups.label(child);
+        let found = named(&before, &label);
+        for family in PER_CGROUP_SERIES {
+            if !found.iter().any(|l| l.starts_with(family)) {
+                return Err(format!(
+                    "before removal, no {family}...}} series of {label}: the check cannot judge"
+                ));
+            }
+        }
+    }
+    let labels: Vec<String> = children.iter().map(|c| cgroups.label(c)).collect();
+    drop(cgroups);
+    // A scrape finds the cgroups gone and removes their counters; the next one shows it.
+    agent.scrape()?;
+    let after = agent.scrape()?;
+    let entries = |text: &str, map: &str| {
+        sample_value(text, "qosd_bpf_map_entries", &format!("map=\"{map}\""))
+    };
+    let slots = (
+        entries(&before, "CPU_NS_BY_SLOT"),
+        entries(&after, "CPU_NS_BY_SLOT"),
+    );
+    let hash = (
+        entries(&before, "CGROUP_CPU_NS"),
+        entries(&after, "CGROUP_CPU_NS"),
+    );
+    let runq_hist = (entries(&before, "RUNQ_HIST"), entries(&after, "RUNQ_HIST"));
+    let left: Vec<String> = labels.iter().flat_map(|l| named(&after, l)).collect();
+    let detail = format!(
+        "slots in use {:?} -> {:?}; CGROUP_CPU_NS entries {:?} -> {:?}; RUNQ_HIST entries {:?} -> {:?}; series of the removed cgroups left: {}",
+        slots.0,
+        slots.1,
+        hash.0,
+        hash.1,
+        runq_hist.0,
+        runq_hist.1,
+        left.len()
+    );
+    let dropped_by_two =
+        |(b, a): (Option<f64>, Option<f64>)| matches!((b, a), (Some(b), Some(a)) if a <= b - 2.0);
+    if !left.is_empty() || !dropped_by_two(slots) || !dropped_by_two(hash) {
+        return Err(format!(
+            "{detail}; expected no series and both counts down by at least 2: {left:?}"
+        ));
+    }
+    Ok(detail)
+}
+
 /// Preemptions in which the cgroup `label` took part, either way.
 fn idle_pairs(text: &str, label: &str) -> f64 {
     text.lines()
