@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 
 use crate::cgroup::CgroupLayout;
+use crate::feedback;
 use crate::numa::{NodeLayout, NumaMemoryReader};
+use crate::probes::btf::KernelBtf;
 use crate::probes::features::KernelFeatures;
 use crate::probes::numa::{self as numa_probe, NumaProbe};
 use crate::probes::sched_switch::{ModePreference, SwitchProbe};
@@ -86,7 +88,47 @@ pub fn report() -> String {
         "cpu_throttling", "cgroupfs"
     );
     numa_lines(&mut out, layout.as_ref().ok(), v1_cpu);
+    feedback_lines(&mut out);
     out
+}
+
+/// What the feedback policies can write on this kernel: the kernel structures behind CFS burst
+/// and idle groups, from BTF (the running manager checks the files themselves).
+fn feedback_lines(out: &mut String) {
+    let btf = KernelBtf::from_running_kernel();
+    let has = |strukt: &str, member: &str| match &btf {
+        Ok(btf) => btf.member_offset(strukt, member).is_ok(),
+        Err(_) => false,
+    };
+    let yes_no = |present: bool| if present { "yes" } else { "no" };
+    let burst = has("cfs_bandwidth", "burst");
+    let idle = has("task_group", "idle");
+    let _ = writeln!(out, "feedback");
+    let _ = writeln!(
+        out,
+        "  {:<15} CFS burst {} (cpu.cfs_burst_us / cpu.max.burst, Linux 5.14+)",
+        feedback::burst::POLICY,
+        yes_no(burst)
+    );
+    let how = if idle {
+        "CFS quota cap and idle group (cpu.idle)"
+    } else {
+        "CFS quota cap only (no cpu.idle before Linux 5.15)"
+    };
+    let _ = writeln!(out, "  {:<15} {how}", feedback::besteffort::POLICY);
+    let nodes = NodeLayout::read_system()
+        .map(|l| l.nodes().len())
+        .unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "  {:<15} {nodes} NUMA node(s){}",
+        feedback::numa_align::POLICY,
+        if nodes < 2 {
+            ": nothing to realign"
+        } else {
+            ""
+        }
+    );
 }
 
 /// The NUMA probes, each with its mode, and the NUMA layout they were given.

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use crate::cgroup::{CgroupLayout, LayoutError};
 use crate::cm::index::WorkloadIndex;
+use crate::feedback::PreemptionSource;
 use crate::metrics::cgroup_cpu::CgroupCpuCollector;
 use crate::metrics::cpu_throttling::CpuThrottlingCollector;
 use crate::metrics::numa::{NumaCollector, NumaMemoryCollector};
@@ -18,7 +19,7 @@ use crate::metrics::{Metrics, MetricsError};
 use crate::numa::{NodeLayout, NumaMemoryReader};
 use crate::probes::ProbeMode;
 use crate::probes::numa::{self as numa_probe, NumaProbe};
-use crate::probes::sched_switch::{ModePreference, SwitchProbe};
+use crate::probes::sched_switch::{ModePreference, SwitchProbe, WeakSwitchProbe};
 use crate::probes::{cpu_time, runqlat, throttle};
 use crate::standalone::{Standalone, StandaloneError, StandaloneOptions};
 
@@ -86,7 +87,13 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         runqlat::PROBE_NAME,
         throttle::PROBE_NAME,
     ];
-    match tokio::task::spawn_blocking(move || SwitchProbe::attach(v1_cpu, preference)).await {
+    // The run-queue probe's preemption attribution also feeds the feedback (through a handle
+    // that does not keep the programs attached at shutdown).
+    let preemptions: Option<WeakSwitchProbe> = match tokio::task::spawn_blocking(move || {
+        SwitchProbe::attach(v1_cpu, preference)
+    })
+    .await
+    {
         Ok(Ok(probe)) => {
             metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
             let runq_mode = probe.runq_mode();
@@ -105,7 +112,9 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
             metrics.register("qosd_cgroup_cpu_seconds_total", Box::new(collector))?;
             if let ProbeMode::Unavailable(why) = &runq_mode {
                 tracing::error!(probe = runqlat::PROBE_NAME, reason = %why, "probe unavailable; running without it");
+                None
             } else {
+                let weak = probe.downgrade();
                 let collector =
                     RunqCollector::new(Box::new(probe), hierarchy.clone(), workloads.clone())
                         .map_err(|source| MetricsError::Register {
@@ -113,6 +122,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
                             source,
                         })?;
                 metrics.register("qosd_runqueue_latency_seconds", Box::new(collector))?;
+                Some(weak)
             }
         }
         Ok(Err(e)) => {
@@ -121,6 +131,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
             for name in switch_probes {
                 metrics.set_probe_mode(name, &mode);
             }
+            None
         }
         Err(e) => {
             tracing::error!(probes = ?switch_probes, error = %e, "probe loader panicked; running without it");
@@ -128,8 +139,9 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
             for name in switch_probes {
                 metrics.set_probe_mode(name, &mode);
             }
+            None
         }
-    }
+    };
     let prefer_raw = preference == ModePreference::RawTracepoint;
     // NUMA hinting faults, page allocations, migrations: each probe degrades on its own.
     match tokio::task::spawn_blocking(move || NumaProbe::attach(v1_cpu, prefer_raw)).await {
@@ -180,6 +192,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
                 &metrics.registry,
                 workloads.clone(),
                 inspect.clone(),
+                preemptions.map(|p| Box::new(p) as Box<dyn PreemptionSource>),
             )?;
             tracing::info!(manifest_dir = %opts.manifest_dir.display(), "standalone container manager running");
             Some(started)

@@ -5,6 +5,7 @@
 //! - [`cgroup`]: cgroup layout detection and cgroup id -> path resolution.
 //! - [`cm`]: the container manager (QoS tiers, node allocatable, admission, lifecycle).
 //! - [`config`]: agent configuration and KubeletConfiguration.
+//! - [`feedback`]: policies that turn measurements into cgroup decisions, explained and logged.
 //! - [`probes`]: the embedded kernel object, BTF offsets, attach-mode selection, map readers.
 //! - [`metrics`]: the Prometheus registry, collectors and the HTTP endpoint.
 //! - [`numa`]: the kernel's NUMA layout (CPU and page frame -> node) and a cgroup's memory per
@@ -21,6 +22,7 @@ pub mod check;
 pub mod cm;
 pub mod config;
 pub mod daemon;
+pub mod feedback;
 pub mod inspect;
 pub mod metrics;
 pub mod numa;

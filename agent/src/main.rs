@@ -30,6 +30,23 @@ enum LogFormat {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum FeedbackMode {
+    On,
+    DryRun,
+    Off,
+}
+
+impl From<FeedbackMode> for qosd::feedback::Mode {
+    fn from(mode: FeedbackMode) -> Self {
+        match mode {
+            FeedbackMode::On => Self::On,
+            FeedbackMode::DryRun => Self::DryRun,
+            FeedbackMode::Off => Self::Off,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum CpuTimeMode {
     Auto,
     TpBtf,
@@ -81,6 +98,21 @@ enum Command {
         /// (/var/lib/kubelet) lets qosd take over kubelet's assignments.
         #[arg(long, default_value = "/var/lib/qosd", env = "QOSD_STATE_DIR")]
         state_dir: PathBuf,
+        /// What the measurements may change (standalone mode): `on` lets the feedback policies
+        /// write (the BestEffort tier capped, and made idle, while it crowds out the other
+        /// classes; a CFS burst for throttled Burstable containers; memory moved to the NUMA
+        /// node of a container's CPUs), `dry-run` makes and logs the same decisions without
+        /// writing, `off` disables them. Decisions are logged, listed by `qosd inspect` and counted in
+        /// qosd_feedback_decisions_total.
+        #[arg(long, value_enum, default_value_t = FeedbackMode::On, env = "QOSD_FEEDBACK")]
+        feedback: FeedbackMode,
+        /// How often the feedback takes its measurements (the window it judges, e.g. 5s).
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        feedback_period: Duration,
+        /// How long an intervention stays at least before it may be lifted (doubled while the
+        /// trouble comes back soon after each lift).
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        feedback_hold: Duration,
     },
     /// Print the running agent's tree: QoS tiers, pods, containers, cgroup paths, effective
     /// limits and process counts (fetched from the agent's /inspect endpoint).
@@ -127,6 +159,9 @@ fn main() -> ExitCode {
             cpu_time_mode,
             container_log_dir,
             state_dir,
+            feedback,
+            feedback_period,
+            feedback_hold,
         } => {
             let manifest_dir = manifest_dir.or_else(|| {
                 let default = PathBuf::from(DEFAULT_MANIFEST_DIR);
@@ -139,6 +174,11 @@ fn main() -> ExitCode {
                 reconcile_period,
                 log_dir: Some(container_log_dir),
                 state_dir,
+                feedback: qosd::feedback::FeedbackConfig::with_defaults(
+                    feedback.into(),
+                    feedback_period,
+                    feedback_hold,
+                ),
             });
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

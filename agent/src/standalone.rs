@@ -27,7 +27,9 @@ use crate::cm::resource_managers::{
 use crate::config::kubelet::{
     CgroupDriver, ConfigError, KubeletConfiguration, load_kubelet_config,
 };
+use crate::feedback::{FeedbackConfig, FeedbackMetrics, Mode as FeedbackMode, PreemptionSource};
 use crate::metrics::server::InspectText;
+use crate::numa::NodeLayout;
 use crate::pods::manifest::{ManifestError, ManifestWatcher};
 use crate::runtime::backoff::Backoff;
 use crate::topology::TopologyError;
@@ -48,6 +50,8 @@ pub struct StandaloneOptions {
     pub log_dir: Option<PathBuf>,
     /// Where `cpu_manager_state` and `memory_manager_state` live (kubelet's root directory).
     pub state_dir: PathBuf,
+    /// The feedback policies' mode and thresholds.
+    pub feedback: FeedbackConfig,
 }
 
 /// Errors that keep standalone mode from starting.
@@ -88,13 +92,15 @@ pub struct Standalone {
 }
 
 impl Standalone {
-    /// Builds everything and starts the thread.
+    /// Builds everything and starts the thread. `preemptions` (the run-queue probe's, when
+    /// it runs) feeds the BestEffort feedback policy.
     pub fn start(
         options: &StandaloneOptions,
         layout: &CgroupLayout,
         registry: &prometheus::Registry,
         index: WorkloadIndex,
         inspect: InspectText,
+        preemptions: Option<Box<dyn PreemptionSource>>,
     ) -> Result<Self, StandaloneError> {
         let config = match &options.kubelet_config {
             Some(path) => {
@@ -191,7 +197,7 @@ impl Standalone {
         )?;
         // Everything that can fail on bad input is checked before the first cgroup is made.
         let watcher = ManifestWatcher::new(&options.manifest_dir)?;
-        let manager = ContainerManager::start(
+        let mut manager = ContainerManager::start(
             Box::new(cgroups),
             ManagerOptions {
                 root,
@@ -206,6 +212,19 @@ impl Standalone {
             index,
             metrics.clone(),
         )?;
+        if options.feedback.mode != FeedbackMode::Off {
+            let nodes = NodeLayout::read_system()
+                .inspect_err(
+                    |e| tracing::warn!(error = %e, "NUMA layout unreadable: no NUMA realignment"),
+                )
+                .ok();
+            manager.enable_feedback(
+                options.feedback,
+                nodes,
+                preemptions,
+                Some(FeedbackMetrics::register(registry)?),
+            );
+        }
         let (stop, stopped) = mpsc::channel();
         let period = options.reconcile_period;
         let thread = std::thread::Builder::new()
@@ -287,6 +306,7 @@ fn run_loop(
             Err(RecvTimeoutError::Timeout) => {}
         }
         manager.tick();
+        manager.feedback_tick();
         if last_poll.is_none_or(|t| t.elapsed() >= MANIFEST_POLL) {
             let events = watcher.poll();
             for error in watcher.new_errors() {

@@ -10,7 +10,9 @@
 //! SECS seconds; `qosd-systests sleep SECS` sleeps; `qosd-systests memory MIB SECS` allocates
 //! MIB MiB, writes every page once (so it is resident where the memory policy put it), then
 //! keeps rewriting one byte per page for SECS seconds; `qosd-systests nap MS SECS` sleeps MS
-//! milliseconds and works about as long again, in a loop (a task woken over and over).
+//! milliseconds and works about as long again, in a loop (a task woken over and over);
+//! `qosd-systests pulse WORK_MS PERIOD_MS SECS` uses WORK_MS of CPU time at the start of
+//! every PERIOD_MS (spikes above a CFS quota that the average stays below).
 mod agent;
 mod cases;
 mod cgroup_fixture;
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
         Some("sleep") => return workload(&args, false),
         Some("memory") => return memory_workload(&args),
         Some("nap") => return nap_workload(&args),
+        Some("pulse") => return pulse_workload(&args),
         _ => {}
     }
     let Ok(self_exe) = std::env::current_exe() else {
@@ -135,4 +138,50 @@ fn nap_workload(args: &[String]) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `pulse WORK_MS PERIOD_MS SECS`: at the start of every PERIOD_MS, WORK_MS of this thread's
+/// CPU time (so time spent throttled does not count as work), then sleep until the next.
+fn pulse_workload(args: &[String]) -> ExitCode {
+    let (Some(work), Some(period), Some(seconds)) = (
+        args.get(1).and_then(|s| s.parse::<f64>().ok()),
+        args.get(2).and_then(|s| s.parse::<f64>().ok()),
+        args.get(3).and_then(|s| s.parse::<f64>().ok()),
+    ) else {
+        eprintln!("usage: qosd-systests pulse WORK_MS PERIOD_MS SECONDS");
+        return ExitCode::FAILURE;
+    };
+    let work = Duration::from_secs_f64(work / 1000.0);
+    let period = Duration::from_secs_f64(period / 1000.0);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let mut next = start;
+    let mut x = 0u64;
+    while Instant::now() < deadline {
+        let begun = thread_cpu_time();
+        while thread_cpu_time().saturating_sub(begun) < work {
+            for _ in 0..1000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        }
+        next += period;
+        if let Some(rest) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(rest);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// CPU time this thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
 }

@@ -360,10 +360,16 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
 }
 
 /// Host programs the guest cases run, copied with their shared libraries (installed by setup).
-const GUEST_TOOLS: [(&str, &str); 1] = [(
-    "/usr/bin/numactl",
-    "numactl: NUMA placement of the cross-NUMA workloads",
-)];
+const GUEST_TOOLS: [(&str, &str); 2] = [
+    (
+        "/usr/bin/numactl",
+        "numactl: NUMA placement of the cross-NUMA workloads",
+    ),
+    (
+        "/usr/bin/migratepages",
+        "numactl: moves a workload's memory away for the NUMA realignment case",
+    ),
+];
 
 /// Debug binaries carry hundreds of MB of debug info; the guests get stripped copies, plus the
 /// [`GUEST_TOOLS`].

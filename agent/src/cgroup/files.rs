@@ -111,7 +111,9 @@ pub enum Setting {
     CpuPeriod,
     CpuQuota,
     CpuBurst,
+    CpuIdle,
     CpusetCpus,
+    CpusetMemoryMigrate,
     CpusetMems,
     MemoryLimit,
     MemoryMin,
@@ -128,7 +130,9 @@ impl fmt::Display for Setting {
             Self::CpuPeriod => "cpu period",
             Self::CpuQuota => "cpu quota",
             Self::CpuBurst => "cpu burst",
+            Self::CpuIdle => "cpu idle",
             Self::CpusetCpus => "cpuset cpus",
+            Self::CpusetMemoryMigrate => "cpuset memory_migrate",
             Self::CpusetMems => "cpuset mems",
             Self::MemoryLimit => "memory limit",
             Self::MemoryMin => "memory.min",
@@ -154,17 +158,20 @@ pub struct FileSpec {
     pub v1_unlimited: Option<&'static str>,
 }
 
-/// The table, in the order files are written: cpusets first (a task may need them), the CFS
-/// period before the quota it scales, the burst after the quota that bounds it.
+/// The table, in the order files are written: cpusets first (a task may need them; v1's
+/// `memory_migrate` before the `mems` whose change it makes move pages), the CFS period before
+/// the quota it scales, the burst after the quota that bounds it.
 #[rustfmt::skip]
 pub const FILES: &[FileSpec] = &[
     //   setting               controller           v1 file                                v2 file                     v1 "unlimited"
     spec(Setting::CpusetCpus,   Controller::Cpuset,  Some("cpuset.cpus"),                   Some("cpuset.cpus"),        None),
+    spec(Setting::CpusetMemoryMigrate, Controller::Cpuset, Some("cpuset.memory_migrate"),   None,                       None),
     spec(Setting::CpusetMems,   Controller::Cpuset,  Some("cpuset.mems"),                   Some("cpuset.mems"),        None),
     spec(Setting::CpuShares,    Controller::Cpu,     Some("cpu.shares"),                    Some("cpu.weight"),         None),
     spec(Setting::CpuPeriod,    Controller::Cpu,     Some("cpu.cfs_period_us"),             Some("cpu.max"),            None),
     spec(Setting::CpuQuota,     Controller::Cpu,     Some("cpu.cfs_quota_us"),              Some("cpu.max"),            Some("-1")),
     spec(Setting::CpuBurst,     Controller::Cpu,     Some("cpu.cfs_burst_us"),              Some("cpu.max.burst"),      None),
+    spec(Setting::CpuIdle,      Controller::Cpu,     Some("cpu.idle"),                      Some("cpu.idle"),           None),
     spec(Setting::MemoryMin,    Controller::Memory,  None,                                  Some("memory.min"),         None),
     spec(Setting::MemoryLow,    Controller::Memory,  None,                                  Some("memory.low"),         None),
     spec(Setting::MemoryHigh,   Controller::Memory,  None,                                  Some("memory.high"),        None),
@@ -329,10 +336,20 @@ pub fn plan(
     if let Some(cpus) = &config.cpuset_cpus {
         push(Setting::CpusetCpus, cpus.to_string(), Compare::CpuList)?;
     }
+    // v2 moves pages with every change of cpuset.mems; it has no switch to write.
+    if let (Some(migrate), CgroupVersion::V1) = (config.cpuset_memory_migrate, version) {
+        push(
+            Setting::CpusetMemoryMigrate,
+            u8::from(migrate).to_string(),
+            Compare::Exact,
+        )?;
+    }
     if let Some(mems) = &config.cpuset_mems {
         push(Setting::CpusetMems, mems.to_string(), Compare::CpuList)?;
     }
-    if let Some(shares) = config.cpu_shares {
+    // The kernel refuses weights for an idle group (it runs at the idle weight); they are
+    // written again once it is not idle.
+    if let Some(shares) = config.cpu_shares.filter(|_| config.cpu_idle != Some(true)) {
         let value = match version {
             CgroupVersion::V1 => shares.clamp(MIN_SHARES, MAX_SHARES),
             CgroupVersion::V2 => cpu_shares_to_weight(shares),
@@ -372,6 +389,9 @@ pub fn plan(
     }
     if let Some(burst) = config.cpu_burst {
         push(Setting::CpuBurst, burst.to_string(), Compare::Exact)?;
+    }
+    if let Some(idle) = config.cpu_idle {
+        push(Setting::CpuIdle, u8::from(idle).to_string(), Compare::Exact)?;
     }
     if let Some(min) = config.memory_min {
         push(Setting::MemoryMin, min.to_string(), memory)?;
@@ -472,7 +492,9 @@ mod tests {
             CpuPeriod,
             CpuQuota,
             CpuBurst,
+            CpuIdle,
             CpusetCpus,
+            CpusetMemoryMigrate,
             CpusetMems,
             MemoryLimit,
             MemoryMin,
@@ -488,6 +510,52 @@ mod tests {
             );
             assert_eq!(file_spec(setting).setting, setting);
         }
+    }
+
+    /// The feedback settings: v1 turns on `memory_migrate` before it changes `mems`; v2 has
+    /// no such switch (it always migrates) and writes only `mems`. `cpu.idle` is 0 or 1, and
+    /// an idle group gets no weight written (the kernel refuses it).
+    #[test]
+    fn idle_and_memory_migration_files() {
+        let config = ResourceConfig {
+            cpu_idle: Some(true),
+            cpuset_memory_migrate: Some(true),
+            cpuset_mems: Some(CpuSet::parse("1").unwrap()),
+            ..ResourceConfig::default()
+        };
+        let v1 = plan(&config, CgroupVersion::V1, PAGE).unwrap();
+        assert_eq!(
+            files(&v1),
+            vec![
+                pair("cpuset.memory_migrate", "1"),
+                pair("cpuset.mems", "1"),
+                pair("cpu.idle", "1"),
+            ]
+        );
+        let v2 = plan(&config, CgroupVersion::V2, PAGE).unwrap();
+        assert_eq!(
+            files(&v2),
+            vec![pair("cpuset.mems", "1"), pair("cpu.idle", "1")]
+        );
+        let off = ResourceConfig {
+            cpu_idle: Some(false),
+            cpu_shares: Some(2),
+            ..ResourceConfig::default()
+        };
+        assert_eq!(
+            files(&plan(&off, CgroupVersion::V2, PAGE).unwrap()),
+            vec![pair("cpu.weight", "1"), pair("cpu.idle", "0")]
+        );
+        let idle_tier = ResourceConfig {
+            cpu_idle: Some(true),
+            cpu_shares: Some(2),
+            ..ResourceConfig::default()
+        };
+        assert_eq!(
+            files(&plan(&idle_tier, CgroupVersion::V1, PAGE).unwrap()),
+            vec![pair("cpu.idle", "1")],
+            "an idle group's weight is the kernel's; cpu.shares is not written"
+        );
     }
 
     #[test]

@@ -61,10 +61,16 @@ pub struct ResourceConfig {
     pub cpu_period: Option<u64>,
     /// CFS burst in microseconds (kernel 5.14+).
     pub cpu_burst: Option<u64>,
+    /// `cpu.idle` (kernel 5.15+): the cgroup's tasks are treated as SCHED_IDLE against its
+    /// siblings' (they never preempt them on wakeup and yield to them at once).
+    pub cpu_idle: Option<bool>,
     /// CPUs the cgroup may run on.
     pub cpuset_cpus: Option<CpuSet>,
     /// NUMA nodes the cgroup may allocate from.
     pub cpuset_mems: Option<CpuSet>,
+    /// v1 `cpuset.memory_migrate`: pages move with a change of `cpuset.mems` (v2 always moves
+    /// them, so nothing is written there).
+    pub cpuset_memory_migrate: Option<bool>,
     /// Memory limit in bytes.
     pub memory_limit: Option<Limit>,
     /// v2 `memory.min` in bytes (no v1 equivalent).
@@ -85,6 +91,49 @@ impl ResourceConfig {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// `self` with every setting `over` sets replaced by `over`'s (hugetlb per page size).
+    #[must_use]
+    pub fn overlaid(mut self, over: &Self) -> Self {
+        // Destructured so that a new field cannot be forgotten here.
+        let Self {
+            cpu_shares,
+            cpu_quota,
+            cpu_period,
+            cpu_burst,
+            cpu_idle,
+            cpuset_cpus,
+            cpuset_mems,
+            cpuset_memory_migrate,
+            memory_limit,
+            memory_min,
+            memory_low,
+            memory_high,
+            pids_limit,
+            hugetlb_limits,
+        } = over;
+        fn set<T: Clone>(base: &mut Option<T>, over: &Option<T>) {
+            if let Some(value) = over {
+                *base = Some(value.clone());
+            }
+        }
+        set(&mut self.cpu_shares, cpu_shares);
+        set(&mut self.cpu_quota, cpu_quota);
+        set(&mut self.cpu_period, cpu_period);
+        set(&mut self.cpu_burst, cpu_burst);
+        set(&mut self.cpu_idle, cpu_idle);
+        set(&mut self.cpuset_cpus, cpuset_cpus);
+        set(&mut self.cpuset_mems, cpuset_mems);
+        set(&mut self.cpuset_memory_migrate, cpuset_memory_migrate);
+        set(&mut self.memory_limit, memory_limit);
+        set(&mut self.memory_min, memory_min);
+        set(&mut self.memory_low, memory_low);
+        set(&mut self.memory_high, memory_high);
+        set(&mut self.pids_limit, pids_limit);
+        self.hugetlb_limits
+            .extend(hugetlb_limits.iter().map(|(k, v)| (*k, *v)));
+        self
     }
 }
 
@@ -124,6 +173,30 @@ pub fn cpu_shares_to_weight(shares: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_overlay_replaces_only_what_it_sets() {
+        let base = ResourceConfig {
+            cpu_shares: Some(512),
+            cpu_quota: Some(Limit::Value(50_000)),
+            cpu_burst: Some(0),
+            hugetlb_limits: BTreeMap::from([(2 << 20, Limit::Max)]),
+            ..ResourceConfig::default()
+        };
+        let over = ResourceConfig {
+            cpu_burst: Some(50_000),
+            cpu_idle: Some(true),
+            hugetlb_limits: BTreeMap::from([(1 << 30, Limit::Value(0))]),
+            ..ResourceConfig::default()
+        };
+        let merged = base.clone().overlaid(&over);
+        assert_eq!(merged.cpu_shares, Some(512));
+        assert_eq!(merged.cpu_quota, Some(Limit::Value(50_000)));
+        assert_eq!(merged.cpu_burst, Some(50_000));
+        assert_eq!(merged.cpu_idle, Some(true));
+        assert_eq!(merged.hugetlb_limits.len(), 2);
+        assert_eq!(base.clone().overlaid(&ResourceConfig::default()), base);
+    }
 
     /// Rows of kubelet's TestMilliCPUToShares (pkg/kubelet/cm/helpers_linux_test.go).
     #[test]

@@ -27,7 +27,11 @@ use crate::cgroup::cpuset::CpuSet;
 use crate::cgroup::files::Controller;
 use crate::cgroup::manager::{CgroupError, CgroupManager};
 use crate::cgroup::name::{CgroupName, NameError};
-use crate::cgroup::resources::ResourceConfig;
+use crate::cgroup::resources::{Limit, ResourceConfig};
+use crate::feedback::{
+    ContainerRef, DecisionLog, Feedback, FeedbackConfig, FeedbackMetrics, PreemptionSource,
+};
+use crate::numa::NodeLayout;
 use crate::pods::manifest::{PodEvent, SourcedPod};
 use crate::pods::model::{Container, Pod, RestartPolicy as PodRestartPolicy};
 use crate::pods::qos::{QosClass, pod_qos};
@@ -40,6 +44,7 @@ use crate::runtime::supervisor::{
 use super::admission::{AdmissionRejection, PodRequests as AdmissionRequests, fits};
 use super::allocatable::NodeAllocatable;
 use super::checkpoint;
+use super::feedback::{self, FeedbackLoop, Watched};
 use super::index::{Workload, WorkloadIndex};
 use super::metrics::CmMetrics;
 use super::pod_resources::{PodCgroupPolicy, container_config, pod_config};
@@ -121,6 +126,8 @@ pub struct ContainerManager {
     written_pool: Cpus,
     /// Containers whose cgroup survived a restart with its process: adopted, not started.
     adoptable: BTreeSet<ContainerKey>,
+    /// The feedback policies and the values they lay over kubelet's, when enabled.
+    feedback: Option<FeedbackLoop>,
 }
 
 impl ContainerManager {
@@ -163,6 +170,7 @@ impl ContainerManager {
             written_pool: resources.shared_pool().clone(),
             resources,
             adoptable: BTreeSet::new(),
+            feedback: None,
         };
         manager.ensure_tiers(Cause::Change)?;
         tracing::info!(root = %manager.options.root, created_root, "container manager started");
@@ -370,6 +378,118 @@ impl ContainerManager {
         }
     }
 
+    /// Turns the feedback on: what the kernel allows is read from the kubepods cgroup's files;
+    /// NUMA realignment needs the machine's `layout`; BestEffort suppression needs the run-queue
+    /// probe's `preemptions`.
+    pub fn enable_feedback(
+        &mut self,
+        config: FeedbackConfig,
+        layout: Option<NodeLayout>,
+        preemptions: Option<Box<dyn PreemptionSource>>,
+        metrics: Option<FeedbackMetrics>,
+    ) {
+        let caps = feedback::capabilities(self.cgroups.as_ref(), &self.tiers.kubepods);
+        tracing::info!(
+            mode = ?config.mode,
+            period = ?config.period,
+            cpu_burst = caps.cpu_burst,
+            cpu_idle = caps.cpu_idle,
+            numa_layout = layout.is_some(),
+            preemptions = preemptions.is_some(),
+            "feedback enabled"
+        );
+        let policies = Feedback::new(config, caps, layout, metrics);
+        self.feedback = Some(FeedbackLoop::new(policies, preemptions, self.index.clone()));
+    }
+
+    /// Runs the feedback when a snapshot is due; changed overrides are written at once.
+    pub fn feedback_tick(&mut self) {
+        let now = Instant::now();
+        if !self.feedback.as_ref().is_some_and(|f| f.due(now)) {
+            return;
+        }
+        let watched = self.watched();
+        let changes = match self.feedback.as_mut() {
+            Some(f) => f.run(self.cgroups.as_ref(), &watched, now),
+            None => return,
+        };
+        if !changes.overrides {
+            return;
+        }
+        self.refresh_tiers();
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in uids {
+            if let Err(e) = self.reconcile_pod(&uid, Cause::Change) {
+                tracing::warn!(pod_uid = %uid, error = %e, "applying feedback overrides");
+                self.count_error(&e);
+            }
+        }
+        for (target, mems) in changes.memory_moved {
+            if let Some(w) = watched.iter().find(|w| w.target == target) {
+                self.move_memory(&w.cgroup, &mems);
+            }
+        }
+    }
+
+    /// Moves the pages of every process in `cgroup` onto `mems` (a single node), for kernels
+    /// whose cgroup v2 does not migrate them on a `cpuset.mems` change.
+    fn move_memory(&self, cgroup: &CgroupName, mems: &CpuSet) {
+        let Some(to) = mems.iter().next().filter(|_| mems.len() == 1) else {
+            return;
+        };
+        let nodes = NodeLayout::read_system()
+            .map(|l| l.nodes())
+            .unwrap_or_default();
+        let pids = match self.cgroups.pids(cgroup) {
+            Ok(pids) => pids,
+            Err(e) => {
+                tracing::warn!(cgroup = %cgroup, error = %e, "listing processes to move their memory");
+                return;
+            }
+        };
+        for pid in pids {
+            match crate::numa::migrate::move_pages_to(pid, to, &nodes) {
+                Ok(0) => tracing::info!(pid, node = to, "memory moved"),
+                Ok(left) => {
+                    tracing::info!(
+                        pid,
+                        node = to,
+                        pages_left = left,
+                        "memory moved, some pages stay"
+                    );
+                }
+                Err(e) => tracing::warn!(pid, error = %e, "moving memory"),
+            }
+        }
+    }
+
+    /// The running containers the feedback watches.
+    fn watched(&self) -> Vec<Watched> {
+        let mut out = Vec::new();
+        for (uid, managed) in &self.pods {
+            if managed.phase == Phase::Terminating {
+                continue;
+            }
+            for container in &managed.pod.spec.containers {
+                let Ok(cgroup) = managed.cgroup.child(&container.name) else {
+                    continue;
+                };
+                let quota_us = match container_config(container, self.options.policy).cpu_quota {
+                    Some(Limit::Value(quota)) => Some(quota),
+                    _ => None,
+                };
+                out.push(Watched {
+                    target: container_ref(uid, &managed.pod, &container.name),
+                    qos: managed.qos,
+                    cgroup,
+                    quota_us,
+                    mems_pinned: self.resources.cpusets(uid, &container.name).mems.is_some(),
+                });
+            }
+        }
+        out
+    }
+
     /// Stops every container (SIGTERM, SIGKILL after each grace period, at most `within`) and
     /// removes every cgroup this manager created.
     pub fn shutdown(mut self, within: Duration) {
@@ -554,6 +674,12 @@ impl ContainerManager {
                 cpuset_cpus: cpusets.cpus,
                 cpuset_mems: cpusets.mems,
                 ..container_config(container, self.options.policy)
+            };
+            let config = match &self.feedback {
+                Some(f) => {
+                    f.container_config(&container_ref(uid, &managed.pod, &container.name), config)
+                }
+                None => config,
             };
             self.apply(&name, &config, cause)?;
             indexed.push((name, workload(Some(&container.name))));
@@ -785,7 +911,11 @@ impl ContainerManager {
             self.options.policy.memory_qos,
         );
         self.apply(&self.tiers.burstable.clone(), &settings.burstable, cause)?;
-        self.apply(&self.tiers.besteffort.clone(), &settings.besteffort, cause)?;
+        let besteffort = match &self.feedback {
+            Some(f) => f.tier_config(settings.besteffort),
+            None => settings.besteffort,
+        };
+        self.apply(&self.tiers.besteffort.clone(), &besteffort, cause)?;
         if let Some(min) = settings.kubepods_memory_min {
             let config = ResourceConfig {
                 memory_min: Some(min),
@@ -838,6 +968,9 @@ impl ContainerManager {
     pub(super) fn tiers(&self) -> &QosTiers {
         &self.tiers
     }
+    pub(super) fn feedback_log(&self) -> Option<&DecisionLog> {
+        self.feedback.as_ref().map(FeedbackLoop::log)
+    }
     pub(super) fn cgroup_driver(&self) -> &dyn CgroupManager {
         self.cgroups.as_ref()
     }
@@ -875,6 +1008,15 @@ pub(super) struct PodView<'a> {
     pub cgroup: &'a CgroupName,
     pub file: &'a std::path::Path,
     pub phase: &'static str,
+}
+
+/// How the feedback names a container of pod `uid`.
+fn container_ref(uid: &str, pod: &Pod, container: &str) -> ContainerRef {
+    ContainerRef {
+        pod_uid: uid.to_owned(),
+        pod: pod.full_name(),
+        container: container.to_owned(),
+    }
 }
 
 /// Names of all of a pod's containers, init containers included.
@@ -915,7 +1057,7 @@ fn log_event(event: &Event) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashMap};
 
     use std::path::Path;
 
@@ -1263,5 +1405,94 @@ mod tests {
                     .is_ok_and(|s| s.contains(") Z "))
             }
         );
+    }
+
+    /// Cumulative preemptions the test sets, by (victim, preemptor) cgroup id.
+    #[derive(Clone, Default)]
+    struct FakePreemptions(
+        std::sync::Arc<std::sync::Mutex<HashMap<(u64, u64), crate::feedback::Preemptions>>>,
+    );
+
+    impl PreemptionSource for FakePreemptions {
+        fn preemptions(
+            &mut self,
+        ) -> Result<HashMap<(u64, u64), crate::feedback::Preemptions>, String> {
+            Ok(self.0.lock().expect("lock").clone())
+        }
+    }
+
+    const LIMITED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, uid: wwww}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {requests: {cpu: 100m}, limits: {cpu: 200m}}\n";
+    const NOISY: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: noisy, uid: nnnn}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n";
+
+    /// The manager writes what the feedback decides, over kubelet's values: a throttled
+    /// Burstable container (its cpu.stat as the kernel would report it) gets a CFS burst of
+    /// its quota, the BestEffort tier becomes idle once its tasks preempt the Burstable ones,
+    /// reconcile keeps both, and `inspect` lists the decisions.
+    #[test]
+    fn feedback_decisions_are_written_over_kubelets_values_and_kept_by_reconcile() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let (mut m, _, _) = manager(d);
+        m.handle(PodEvent::Added(sourced(LIMITED)));
+        m.handle(PodEvent::Added(sourced(NOISY)));
+        let web = "qosd/kubepods/burstable/podwwww/c";
+        let noisy = "qosd/kubepods/besteffort/podnnnn/c";
+        assert_eq!(read(d, &format!("{web}/cpu.max")), "20000 100000");
+        // A kernel with CFS burst and cpu.idle: the files exist in kubepods.
+        for file in ["cpu.max.burst", "cpu.idle"] {
+            std::fs::write(d.join("qosd/kubepods").join(file), "0").expect("write");
+        }
+        let preemptions = FakePreemptions::default();
+        let mut config = FeedbackConfig::with_defaults(
+            crate::feedback::Mode::On,
+            Duration::from_millis(1),
+            Duration::from_secs(600),
+        );
+        config.besteffort.enter_wait = 0.001;
+        m.enable_feedback(config, None, Some(Box::new(preemptions.clone())), None);
+
+        let id = |relative: &str| std::fs::metadata(d.join(relative)).expect("cgroup").ino();
+        let pair = (id(web), id(noisy));
+        let mut last = Instant::now();
+        for window in 0..4u64 {
+            // 50 periods per window, 20 of them throttled; the besteffort container's tasks
+            // preempt the burstable one's, which then wait 20 ms per window.
+            std::fs::write(
+                d.join(web).join("cpu.stat"),
+                format!(
+                    "usage_usec 0\nnr_periods {}\nnr_throttled {}\nthrottled_usec 0\nnr_bursts 0\nburst_usec 0\n",
+                    50 * window,
+                    20 * window
+                ),
+            )
+            .expect("cpu.stat");
+            preemptions.0.lock().expect("lock").insert(
+                pair,
+                crate::feedback::Preemptions {
+                    count: 10 * window,
+                    wait_ns: 20_000_000 * window,
+                },
+            );
+            while last.elapsed() < Duration::from_millis(2) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            last = Instant::now();
+            m.feedback_tick();
+        }
+        assert_eq!(read(d, &format!("{web}/cpu.max.burst")), "20000");
+        assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.idle"), "1");
+        // Reconcile corrects a hand edit back to the feedback's value, not kubelet's.
+        std::fs::write(d.join(web).join("cpu.max.burst"), "0").expect("write");
+        m.reconcile();
+        assert_eq!(read(d, &format!("{web}/cpu.max.burst")), "20000");
+        let tree = m.render_tree();
+        assert!(tree.contains("feedback decisions (2):"), "{tree}");
+        assert!(tree.contains("cpu_burst apply default/web/c"), "{tree}");
+        assert!(
+            tree.contains("besteffort_cpu apply besteffort tier: cpu.idle 1"),
+            "{tree}"
+        );
+        m.shutdown(Duration::from_secs(5));
     }
 }

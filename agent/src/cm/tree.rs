@@ -1,5 +1,6 @@
 //! The text tree `qosd inspect` prints: QoS tiers, pods, containers, their cgroup paths, the
-//! limits in effect (read back from cgroupfs, not from the desired state) and process counts.
+//! limits in effect (read back from cgroupfs, not from the desired state) and process counts;
+//! then the feedback's decisions, when it runs.
 use std::fmt::Write as _;
 
 use crate::cgroup::files::Controller;
@@ -14,10 +15,14 @@ const LIMIT_FILES: &[(Controller, &str)] = &[
     (Controller::Cpu, "cpu.weight"),
     (Controller::Cpu, "cpu.cfs_quota_us"),
     (Controller::Cpu, "cpu.max"),
+    (Controller::Cpu, "cpu.cfs_burst_us"),
+    (Controller::Cpu, "cpu.max.burst"),
+    (Controller::Cpu, "cpu.idle"),
     (Controller::Memory, "memory.limit_in_bytes"),
     (Controller::Memory, "memory.max"),
     (Controller::Memory, "memory.min"),
     (Controller::Cpuset, "cpuset.cpus"),
+    (Controller::Cpuset, "cpuset.mems"),
     (Controller::Pids, "pids.max"),
 ];
 
@@ -84,6 +89,11 @@ pub(super) fn render(manager: &ContainerManager) -> String {
                 );
             }
         }
+    }
+    if let Some(log) = manager.feedback_log() {
+        let decisions = log.render();
+        let _ = writeln!(out, "feedback decisions ({}):", log.iter().count());
+        out.push_str(&decisions);
     }
     out
 }

@@ -7,13 +7,15 @@
 //!   tables the kernel programs look up ([`qosd_common::NumaConfig`]);
 //! - [`memory`]: a cgroup's resident memory per node from `memory.numa_stat` (v1 and v2
 //!   formats) and its locality against the nodes of the cgroup's CPUs
-//!   (`cpuset.cpus.effective`, v1 `cpuset.effective_cpus`).
+//!   (`cpuset.cpus.effective`, v1 `cpuset.effective_cpus`);
+//! - [`migrate`]: moving a process's pages to one node (`migrate_pages(2)`).
 //!
 //! The machine topology for the resource managers (packages, cores, caches) comes from hwloc in
 //! [`crate::topology`]; this module reads the kernel's own files because the probes need the
 //! page-frame ranges hwloc does not give, and the kernel's numbering is what the probes see.
 pub mod layout;
 pub mod memory;
+pub mod migrate;
 
 pub use layout::{LayoutError, NodeLayout, RangeSource};
 pub use memory::{CgroupNumaMemory, MemoryError, NumaMemoryReader, NumaStat};

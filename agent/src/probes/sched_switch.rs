@@ -12,7 +12,7 @@
 //!
 //! The two probes share the object's counter slots ([`super::slots`]): slot `n` is the same
 //! cgroup's in the cpu-time and in the run-queue slot arrays.
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
@@ -228,6 +228,25 @@ impl SharedSwitchProbe {
     /// poisoned lock is taken over.
     pub fn lock(&self) -> MutexGuard<'_, SwitchProbe> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A handle that does not keep the programs attached: once the collectors are dropped
+    /// (at shutdown), the programs detach and the handle reads nothing.
+    #[must_use]
+    pub fn downgrade(&self) -> WeakSwitchProbe {
+        WeakSwitchProbe(Arc::downgrade(&self.0))
+    }
+}
+
+/// A [`SharedSwitchProbe`] that does not keep it alive.
+#[derive(Clone)]
+pub struct WeakSwitchProbe(Weak<Mutex<SwitchProbe>>);
+
+impl WeakSwitchProbe {
+    /// The probe, while it is still attached.
+    #[must_use]
+    pub fn upgrade(&self) -> Option<SharedSwitchProbe> {
+        self.0.upgrade().map(SharedSwitchProbe)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The system test cases, one module per capability.
 pub mod cgroups;
 pub mod cpu_time;
+pub mod feedback;
 pub mod lifecycle;
 pub mod numa;
 pub mod pods;
@@ -56,6 +57,18 @@ pub fn all() -> Vec<Case> {
         Case {
             name: "guaranteed_pod_pinned_to_one_numa_node_survives_restart_with_corrupt_checkpoints",
             run: topology::guaranteed_pod_pinned_to_one_numa_node,
+        },
+        Case {
+            name: "feedback_gives_a_throttled_burstable_container_a_cpu_burst",
+            run: feedback::throttled_burstable_gets_a_burst,
+        },
+        Case {
+            name: "feedback_caps_besteffort_when_it_crowds_out_burstable",
+            run: feedback::besteffort_crowding_burstable_is_suppressed,
+        },
+        Case {
+            name: "feedback_moves_misplaced_memory_to_the_node_of_the_cpus",
+            run: feedback::misplaced_memory_follows_the_cpus,
         },
         Case {
             name: "sigterm_detaches_programs_and_exits_zero_within_5s",

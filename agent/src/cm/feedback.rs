@@ -1,0 +1,232 @@
+//! The container manager's side of the feedback ([`crate::feedback`]): the kernel's
+//! capabilities, the snapshot of the watched containers (their cgroups' `cpu.stat`,
+//! `memory.numa_stat` and effective CPUs, and the probe's preemptions resolved to QoS classes
+//! through the workload index), and the configs the manager writes: kubelet's values, those
+//! of the settings the policies change, and the interventions in force over them.
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use crate::cgroup::CpuSet;
+use crate::cgroup::files::{CgroupVersion, Controller, Setting, file_spec};
+use crate::cgroup::manager::CgroupManager;
+use crate::cgroup::name::CgroupName;
+use crate::cgroup::resources::{Limit, ResourceConfig};
+use crate::feedback::{
+    Capabilities, ContainerRef, ContainerSnapshot, DecisionLog, Feedback, Overrides,
+    PreemptionSource, Preemptions, Snapshot,
+};
+use crate::numa::NumaStat;
+use crate::numa::layout::page_size;
+use crate::pods::qos::QosClass;
+
+use super::index::WorkloadIndex;
+
+/// A container the manager hands to the feedback: who it is and what the manager knows of it.
+#[derive(Clone, Debug)]
+pub(super) struct Watched {
+    pub target: ContainerRef,
+    pub qos: QosClass,
+    pub cgroup: CgroupName,
+    /// The CFS quota the manager writes, in µs, when it has a CPU limit.
+    pub quota_us: Option<u64>,
+    /// The memory manager placed its memory.
+    pub mems_pinned: bool,
+}
+
+/// Which feedback settings the running kernel has, judged by the files in `cgroup` (the
+/// kubepods cgroup: every pod cgroup below it has the same).
+pub(super) fn capabilities(cgroups: &dyn CgroupManager, cgroup: &CgroupName) -> Capabilities {
+    let version = cgroups.version();
+    let cpu_dir = cgroups
+        .paths(cgroup)
+        .ok()
+        .and_then(|paths| paths.get(&Controller::Cpu).cloned());
+    let has = |setting: Setting| {
+        let row = file_spec(setting);
+        let file = match version {
+            CgroupVersion::V1 => row.v1,
+            CgroupVersion::V2 => row.v2,
+        };
+        matches!((&cpu_dir, file), (Some(dir), Some(file)) if dir.join(file).exists())
+    };
+    Capabilities {
+        cpu_burst: has(Setting::CpuBurst),
+        cpu_idle: has(Setting::CpuIdle),
+    }
+}
+
+/// What one feedback run changed.
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    /// The overrides differ: the tiers and pods are to be written again.
+    pub overrides: bool,
+    /// Containers whose `cpuset.mems` the feedback changed, with the new nodes: their pages
+    /// are to be moved there.
+    pub memory_moved: Vec<(ContainerRef, CpuSet)>,
+}
+
+/// The feedback and what feeds it.
+pub struct FeedbackLoop {
+    feedback: Feedback,
+    preemptions: Option<Box<dyn PreemptionSource>>,
+    index: WorkloadIndex,
+    overrides: Overrides,
+    next: Option<Instant>,
+    page_size: u64,
+    /// Whether the last preemption read failed (logged once per change).
+    preemptions_failing: bool,
+}
+
+impl FeedbackLoop {
+    /// The feedback fed from the manager's cgroups and, when the run-queue probe runs,
+    /// `preemptions` (cgroup ids resolved through `index`).
+    #[must_use]
+    pub fn new(
+        feedback: Feedback,
+        preemptions: Option<Box<dyn PreemptionSource>>,
+        index: WorkloadIndex,
+    ) -> Self {
+        Self {
+            feedback,
+            preemptions,
+            index,
+            overrides: Overrides::default(),
+            next: None,
+            page_size: page_size(),
+            preemptions_failing: false,
+        }
+    }
+
+    /// Whether a snapshot is due at `now`.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.next.is_none_or(|next| now >= next)
+    }
+
+    /// Takes a snapshot of `watched`, lets the policies decide, and returns what changed.
+    pub(super) fn run(
+        &mut self,
+        cgroups: &dyn CgroupManager,
+        watched: &[Watched],
+        now: Instant,
+    ) -> Changes {
+        self.next = Some(now + self.feedback.period());
+        let containers = watched
+            .iter()
+            .filter_map(|w| self.read_container(cgroups, w))
+            .collect();
+        let preemptions = self.read_preemptions();
+        self.feedback.observe(Snapshot {
+            taken: now,
+            containers,
+            preemptions,
+        });
+        let overrides = self.feedback.overrides();
+        if overrides == self.overrides {
+            return Changes::default();
+        }
+        let moved = overrides
+            .containers
+            .iter()
+            .filter_map(|(target, config)| {
+                let mems = config.cpuset_mems.as_ref()?;
+                let before = self
+                    .overrides
+                    .containers
+                    .get(target)
+                    .and_then(|c| c.cpuset_mems.as_ref());
+                (before != Some(mems)).then(|| (target.clone(), mems.clone()))
+            })
+            .collect();
+        self.overrides = overrides;
+        Changes {
+            overrides: true,
+            memory_moved: moved,
+        }
+    }
+
+    fn read_container(
+        &self,
+        cgroups: &dyn CgroupManager,
+        watched: &Watched,
+    ) -> Option<ContainerSnapshot> {
+        let stats = match cgroups.stats(&watched.cgroup) {
+            Ok(stats) => stats,
+            Err(e) => {
+                tracing::debug!(cgroup = %watched.cgroup, error = %e, "feedback: cgroup unreadable");
+                return None;
+            }
+        };
+        Some(ContainerSnapshot {
+            target: watched.target.clone(),
+            qos: watched.qos,
+            quota_us: watched.quota_us,
+            cpu: stats.cpu,
+            cpus: stats.cpuset.map(|c| c.cpus.into_iter().collect()),
+            memory_by_node: stats
+                .numa
+                .map(|numa| NumaStat::from_kernel(&numa, self.page_size).bytes_by_node)
+                .unwrap_or_default(),
+            mems_pinned: watched.mems_pinned,
+        })
+    }
+
+    /// The probe's preemptions between containers qosd manages, summed by QoS class pair.
+    fn read_preemptions(&mut self) -> Option<BTreeMap<(QosClass, QosClass), Preemptions>> {
+        let source = self.preemptions.as_mut()?;
+        let pairs = match source.preemptions() {
+            Ok(pairs) => {
+                self.preemptions_failing = false;
+                pairs
+            }
+            Err(e) => {
+                if !self.preemptions_failing {
+                    tracing::warn!(error = %e, "feedback: preemptions unreadable; deciding without them");
+                }
+                self.preemptions_failing = true;
+                return None;
+            }
+        };
+        let class = |id: u64| {
+            self.index.get(id).and_then(|w| {
+                QosClass::ALL
+                    .into_iter()
+                    .find(|q| q.as_str() == w.qos_class)
+            })
+        };
+        let mut by_class: BTreeMap<(QosClass, QosClass), Preemptions> = BTreeMap::new();
+        for ((victim, preemptor), p) in pairs {
+            if let (Some(victim), Some(preemptor)) = (class(victim), class(preemptor)) {
+                let sum = by_class.entry((victim, preemptor)).or_default();
+                sum.count = sum.count.saturating_add(p.count);
+                sum.wait_ns = sum.wait_ns.saturating_add(p.wait_ns);
+            }
+        }
+        Some(by_class)
+    }
+
+    /// The BestEffort tier's config: kubelet's `base`, kubelet's values of what the policies
+    /// change, and the interventions in force.
+    pub(super) fn tier_config(&self, base: ResourceConfig) -> ResourceConfig {
+        base.overlaid(&self.feedback.capabilities().besteffort_baseline())
+            .overlaid(&self.overrides.besteffort_tier)
+    }
+
+    /// A container's config, the same way: `base` has a CFS quota or not.
+    pub(super) fn container_config(
+        &self,
+        target: &ContainerRef,
+        base: ResourceConfig,
+    ) -> ResourceConfig {
+        let quota = matches!(base.cpu_quota, Some(Limit::Value(_)));
+        let config = base.overlaid(&self.feedback.capabilities().container_baseline(quota));
+        match self.overrides.containers.get(target) {
+            Some(over) => config.overlaid(over),
+            None => config,
+        }
+    }
+
+    /// The decisions so far, for `qosd inspect`.
+    pub(super) fn log(&self) -> &DecisionLog {
+        self.feedback.log()
+    }
+}
