@@ -124,7 +124,7 @@ impl Drop for Agent {
 }
 
 /// A port that was free a moment ago.
-fn free_port() -> Result<SocketAddr, String> {
+pub fn free_port() -> Result<SocketAddr, String> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
     listener.local_addr().map_err(|e| e.to_string())

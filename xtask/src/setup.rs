@@ -27,6 +27,10 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
         "numactl",
         "places the cross-NUMA test workloads (host and guests)",
     ),
+    (
+        "prometheus",
+        "the host systest runs every dashboard query through a real Prometheus (/usr/bin/prometheus, started by the test on a free port)",
+    ),
 ];
 
 /// Debian packages `cargo xtask bench` needs for the eBPF overhead figures.

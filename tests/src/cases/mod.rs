@@ -5,6 +5,7 @@ pub mod feedback;
 pub mod lifecycle;
 pub mod numa;
 pub mod pods;
+pub mod prometheus;
 pub mod runqlat;
 pub mod throttle;
 pub mod topology;
@@ -129,6 +130,10 @@ pub fn all() -> Vec<Case> {
         Case {
             name: "numa_task_migrations_match_nr_migrations_raw_tracepoint",
             run: numa::migrations_raw_tracepoint,
+        },
+        Case {
+            name: "dashboard_queries_answer_from_a_real_prometheus",
+            run: prometheus::dashboard_queries_answer,
         },
     ]
 }

@@ -1,0 +1,746 @@
+//! The Grafana dashboards (`dashboards/*.json`) against a real Prometheus scraping a real qosd.
+//!
+//! This module owns the case and what only it needs: the pods it admits, a Prometheus child
+//! process (`/usr/bin/prometheus`, installed by `cargo xtask setup`) with its temporary
+//! configuration and storage, killed and removed on every path by [`Prometheus`]'s `Drop`, a
+//! client for Prometheus's HTTP API, and the substitution of the dashboards' template
+//! variables. Every panel target is run through `/api/v1/query`: each must parse, and each
+//! must return data unless it needs a probe qosd itself reports as `unavailable` in
+//! `qosd_probe_info` (those are listed, with the probe, in the result). End to end,
+//! Prometheus's `sum(qosd_pods)` must equal the pods admitted and a busy pod's CPU seconds must
+//! grow between two instant queries.
+//!
+//! The unit test `agent/tests/dashboards.rs` checks the same dashboards' metric names against
+//! the sources without root or Prometheus.
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use qosd::probes::{cpu_time, numa, runqlat, throttle};
+
+use crate::agent::{Agent, free_port, sum_where};
+use crate::harness::{Context, Outcome, fail};
+use crate::pod_tree::{Hierarchies, TempPaths, wait_for};
+
+/// The Prometheus binary of the Debian package `prometheus` (`cargo xtask setup`).
+const PROMETHEUS: &str = "/usr/bin/prometheus";
+/// The command file of the test guests' `/init` (xtask/src/vm/initramfs.rs): present only
+/// inside an xtask guest, whose initramfs carries no Prometheus.
+const GUEST_COMMAND_FILE: &str = "/etc/qosd/command";
+/// Where the dashboards are, in the checkout this binary was built from.
+const DASHBOARD_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../dashboards");
+const NAMESPACE: &str = "systest-prom";
+/// The pod whose CPU seconds must grow between two queries.
+const BUSY_POD: &str = "guaranteed-busy";
+/// Scrapes Prometheus must have made before the queries run (rate windows need two samples).
+const MIN_SCRAPES: f64 = 6.0;
+
+/// Grafana's built-in variables, as the test sets them for a 1 s scrape interval.
+const BUILTINS: &[(&str, &str)] = &[
+    ("__rate_interval", "5s"),
+    ("__interval", "2s"),
+    ("__interval_ms", "2000"),
+    ("__range", "1m"),
+    ("__range_s", "60"),
+    ("__range_ms", "60000"),
+];
+
+/// The metrics each probe exports (a histogram by its base name): a query that needs one of
+/// them cannot have data where qosd reports that probe `unavailable`.
+const PROBE_METRICS: &[(&str, &[&str])] = &[
+    (
+        cpu_time::PROBE_NAME,
+        &[
+            "qosd_cgroup_cpu_seconds_total",
+            "qosd_cpu_unchained_switches_total",
+        ],
+    ),
+    (
+        runqlat::PROBE_NAME,
+        &[
+            "qosd_runqueue_latency_seconds",
+            "qosd_preemptions_total",
+            "qosd_preemption_wait_seconds_total",
+            "qosd_cgroup_preemptions_total",
+            "qosd_cgroup_preemption_wait_seconds_total",
+            "qosd_runqueue_unmeasured_waits_total",
+        ],
+    ),
+    (throttle::PROBE_NAME, &["qosd_cpu_throttle_episode_seconds"]),
+    (numa::HINT_FAULT_PROBE, &["qosd_numa_hint_faults_total"]),
+    (
+        numa::PAGE_ALLOC_PROBE,
+        &["qosd_numa_page_allocations_total"],
+    ),
+    (numa::MIGRATION_PROBE, &["qosd_numa_task_migrations_total"]),
+];
+
+/// A pod the case admits: its name, the end of its uid, its resources (which make its QoS
+/// class) and what its one container `c` runs.
+struct PodSpec {
+    name: &'static str,
+    uid_suffix: &'static str,
+    resources: &'static str,
+    command: Workload,
+}
+
+/// What a container runs.
+enum Workload {
+    /// `qosd-systests ARGS...`.
+    SelfExe(&'static [&'static str]),
+    /// `/bin/sh -c LINE`.
+    Shell(&'static str),
+}
+
+/// Two pods of each QoS class, about one CPU of load in all: capped spinners (throttled), a
+/// napper (woken over and over), a forker (exec balancing migrates it), sleepers.
+const PODS: &[PodSpec] = &[
+    PodSpec {
+        name: BUSY_POD,
+        uid_suffix: "c1",
+        resources: "{limits: {cpu: \"1\", memory: 128Mi}}",
+        command: Workload::SelfExe(&["nap", "2", "600"]),
+    },
+    PodSpec {
+        name: "guaranteed-capped",
+        uid_suffix: "c2",
+        resources: "{limits: {cpu: 200m, memory: 128Mi}}",
+        command: Workload::SelfExe(&["spin", "600"]),
+    },
+    PodSpec {
+        name: "burstable-capped",
+        uid_suffix: "c3",
+        resources: "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 300m}}",
+        command: Workload::SelfExe(&["spin", "600"]),
+    },
+    PodSpec {
+        name: "burstable-waker",
+        uid_suffix: "c4",
+        resources: "{requests: {cpu: 50m, memory: 16Mi}}",
+        command: Workload::Shell("while :; do sleep 0.05; done"),
+    },
+    PodSpec {
+        name: "besteffort-forker",
+        uid_suffix: "c5",
+        resources: "{}",
+        command: Workload::Shell("while :; do /bin/true; sleep 0.02; done"),
+    },
+    PodSpec {
+        name: "besteffort-sleeper",
+        uid_suffix: "c6",
+        resources: "{}",
+        command: Workload::SelfExe(&["sleep", "600"]),
+    },
+];
+
+/// Asks for 64 CPUs: rejected with `OutOfcpu`, so the rejection panels have a series.
+const TOO_BIG: &str = "apiVersion: v1\nkind: Pod\n\
+    metadata: {name: too-big, namespace: systest-prom, uid: 0f0e0d0c-0000-4000-8000-0000000000cf}\n\
+    spec:\n  containers:\n  - name: c\n    command: [\"/bin/sh\", \"-c\", \"sleep 600\"]\n    \
+    resources: {requests: {cpu: \"64\"}}\n";
+
+/// Every dashboard query answers from a real Prometheus scraping a real qosd.
+pub fn dashboard_queries_answer(ctx: &Context) -> Outcome {
+    if !Path::new(PROMETHEUS).is_file() {
+        if Path::new(GUEST_COMMAND_FILE).is_file() {
+            return Outcome::Skip(format!(
+                "{PROMETHEUS} is not in the guest's initramfs (xtask's GUEST_TOOLS); the host tier runs this case"
+            ));
+        }
+        return fail(format!(
+            "{PROMETHEUS} is missing: `cargo xtask setup` installs the Debian package prometheus"
+        ));
+    }
+    match run(ctx) {
+        Ok(outcome) => outcome,
+        Err(e) => fail(e),
+    }
+}
+
+fn pod_manifest(spec: &PodSpec, self_exe: &Path) -> String {
+    let command = match &spec.command {
+        Workload::SelfExe(args) => {
+            let mut parts = vec![format!("\"{}\"", self_exe.display())];
+            parts.extend(args.iter().map(|a| format!("\"{a}\"")));
+            format!("[{}]", parts.join(", "))
+        }
+        Workload::Shell(line) => format!("[\"/bin/sh\", \"-c\", \"{line}\"]"),
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\n\
+         metadata: {{name: {name}, namespace: {NAMESPACE}, uid: 0f0e0d0c-0000-4000-8000-0000000000{uid}}}\n\
+         spec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    \
+         command: {command}\n    resources: {resources}\n",
+        name = spec.name,
+        uid = spec.uid_suffix,
+        resources = spec.resources,
+    )
+}
+
+fn run(ctx: &Context) -> Result<Outcome, String> {
+    let dashboards = load_dashboards()?;
+    let h = Hierarchies::new("qosd-systest-prom")?;
+    let scratch = std::env::temp_dir().join(format!("{}-files", h.root_name));
+    let manifests = scratch.join("manifests");
+    let _cleanup = TempPaths(vec![scratch.clone()]);
+    std::fs::create_dir_all(&manifests).map_err(|e| format!("{}: {e}", manifests.display()))?;
+    for spec in PODS {
+        let path = manifests.join(format!("{}.yaml", spec.name));
+        std::fs::write(&path, pod_manifest(spec, &ctx.self_exe))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    std::fs::write(manifests.join("too-big.yaml"), TOO_BIG).map_err(|e| e.to_string())?;
+    let args: Vec<String> = [
+        "--manifest-dir",
+        &manifests.display().to_string(),
+        "--cgroup-root",
+        &format!("/{}", h.root_name),
+        "--state-dir",
+        &scratch.join("state").display().to_string(),
+        "--container-log-dir",
+        &scratch.join("logs").display().to_string(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
+    let with_log = |e: String, agent: &Agent| format!("{e}\n{}", agent.log_tail());
+
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "a handful of pods, far below 2^53"
+    )]
+    let admitted = PODS.len() as f64;
+    wait_for(
+        "qosd admits every pod and rejects too-big",
+        Duration::from_secs(30),
+        || {
+            let text = agent.scrape()?;
+            let pods = sum_where(&text, "qosd_pods", &[]);
+            let rejected = sum_where(&text, "qosd_pod_admission_rejections_total", &[]);
+            if pods == admitted && rejected >= 1.0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "qosd_pods sums to {pods} (want {admitted}), rejections {rejected}"
+                ))
+            }
+        },
+    )
+    .map_err(|e| with_log(e, &agent))?;
+
+    let prometheus = Prometheus::start(agent.addr)?;
+    let outcome = check_dashboards(&prometheus, &dashboards, admitted)
+        .map_err(|e| format!("{e}\n{}", prometheus.log_tail()))
+        .map_err(|e| with_log(e, &agent));
+    drop(prometheus);
+    let (status, _) = agent.stop(libc::SIGTERM, Duration::from_secs(30))?;
+    let outcome = outcome?;
+    if !status.success() {
+        return Err(format!("qosd exited {status} after SIGTERM"));
+    }
+    Ok(outcome)
+}
+
+/// One dashboard: its file name and parsed JSON.
+struct Dashboard {
+    file: String,
+    json: Value,
+}
+
+fn load_dashboards() -> Result<Vec<Dashboard>, String> {
+    let dir = Path::new(DASHBOARD_DIR);
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_none_or(|ext| ext != "json") {
+            continue;
+        }
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let json = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.push(Dashboard { file, json });
+    }
+    out.sort_by(|a, b| a.file.cmp(&b.file));
+    if out.is_empty() {
+        return Err(format!("no *.json dashboards in {}", dir.display()));
+    }
+    Ok(out)
+}
+
+/// One panel target to run: where it is and its expression with the variables substituted.
+struct Query {
+    place: String,
+    expr: String,
+}
+
+/// Every panel target of a dashboard (rows' nested panels included), with `$variables`
+/// replaced by the value Grafana uses for "All" (the variable's `allValue`) and the
+/// [`BUILTINS`]; and each `label_values(EXPR, label)` variable as `count by (label) (EXPR)`.
+fn queries(dashboard: &Dashboard) -> Result<Vec<Query>, String> {
+    let variables: Vec<&Value> = dashboard.json["templating"]["list"]
+        .as_array()
+        .map(|l| l.iter().collect())
+        .unwrap_or_default();
+    let mut values: BTreeMap<String, String> = BUILTINS
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    for variable in &variables {
+        if variable["type"] == "query" {
+            let name = variable["name"].as_str().unwrap_or_default().to_owned();
+            let all = variable["allValue"].as_str().unwrap_or(".*").to_owned();
+            values.insert(name, all);
+        }
+    }
+    let mut out = Vec::new();
+    let mut stack: Vec<&Value> = dashboard.json["panels"]
+        .as_array()
+        .map(|l| l.iter().collect())
+        .unwrap_or_default();
+    while let Some(panel) = stack.pop() {
+        if let Some(nested) = panel["panels"].as_array() {
+            stack.extend(nested);
+        }
+        let title = panel["title"].as_str().unwrap_or_default();
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let Some(expr) = target["expr"].as_str() else {
+                continue;
+            };
+            let place = format!(
+                "{} panel {title:?} {}",
+                dashboard.file,
+                target["refId"].as_str().unwrap_or_default()
+            );
+            let expr = substitute(expr, &values).map_err(|e| format!("{place}: {e}"))?;
+            out.push(Query { place, expr });
+        }
+    }
+    out.sort_by(|a, b| a.place.cmp(&b.place));
+    for variable in &variables {
+        let query = variable["query"]
+            .as_str()
+            .or_else(|| variable["query"]["query"].as_str())
+            .unwrap_or_default();
+        let Some((expr, label)) = query
+            .trim()
+            .strip_prefix("label_values(")
+            .and_then(|q| q.strip_suffix(')'))
+            .and_then(|q| q.rsplit_once(','))
+        else {
+            continue;
+        };
+        let place = format!(
+            "{} variable ${}",
+            dashboard.file,
+            variable["name"].as_str().unwrap_or_default()
+        );
+        let expr = substitute(expr.trim(), &values).map_err(|e| format!("{place}: {e}"))?;
+        out.push(Query {
+            place,
+            expr: format!("count by ({}) ({expr})", label.trim()),
+        });
+    }
+    Ok(out)
+}
+
+/// `expr` with every `$name` and `${name}` / `${name:format}` replaced from `values`.
+fn substitute(expr: &str, values: &BTreeMap<String, String>) -> Result<String, String> {
+    let mut out = String::with_capacity(expr.len());
+    let mut rest = expr;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, consumed) = if let Some(braced) = after.strip_prefix('{') {
+            let end = braced
+                .find('}')
+                .ok_or_else(|| format!("unclosed ${{ in {expr:?}"))?;
+            let inner = &braced[..end];
+            (inner.split(':').next().unwrap_or_default(), end + 2)
+        } else {
+            let len = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            (&after[..len], len)
+        };
+        let value = values
+            .get(name)
+            .ok_or_else(|| format!("unknown variable ${name} in {expr:?}"))?;
+        out.push_str(value);
+        rest = &after[consumed..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The probes a query needs, by the metric names in it (histogram series by base name).
+fn probes_needed(expr: &str) -> Vec<&'static str> {
+    let words: Vec<&str> = expr
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .collect();
+    let base = |word: &str| {
+        ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| word.strip_suffix(s))
+            .unwrap_or(word)
+            .to_owned()
+    };
+    PROBE_METRICS
+        .iter()
+        .filter(|(_, metrics)| {
+            words
+                .iter()
+                .any(|w| metrics.contains(w) || metrics.contains(&base(w).as_str()))
+        })
+        .map(|(probe, _)| *probe)
+        .collect()
+}
+
+fn check_dashboards(
+    prometheus: &Prometheus,
+    dashboards: &[Dashboard],
+    admitted: f64,
+) -> Result<Outcome, String> {
+    prometheus.wait_for_target()?;
+    let unavailable: Vec<String> = prometheus
+        .query("qosd_probe_info{mode=\"unavailable\"}")?
+        .iter()
+        .filter_map(|s| s["metric"]["probe"].as_str().map(str::to_owned))
+        .collect();
+
+    let mut problems = Vec::new();
+    let mut excluded = Vec::new();
+    let (mut total, mut with_data) = (0, 0);
+    for dashboard in dashboards {
+        for query in queries(dashboard)? {
+            total += 1;
+            let result = match prometheus.query(&query.expr) {
+                Ok(result) => result,
+                Err(e) => {
+                    problems.push(format!("{}: {e}", query.place));
+                    continue;
+                }
+            };
+            let missing: Vec<&str> = probes_needed(&query.expr)
+                .into_iter()
+                .filter(|p| unavailable.iter().any(|u| u == p))
+                .collect();
+            if !missing.is_empty() {
+                excluded.push(format!(
+                    "{} (needs probe {}, unavailable per qosd_probe_info; {} series)",
+                    query.place,
+                    missing.join(", "),
+                    result.len()
+                ));
+            } else if result.is_empty() {
+                problems.push(format!("{}: no data for {}", query.place, query.expr));
+            } else {
+                with_data += 1;
+            }
+        }
+    }
+
+    // End to end: the pod count, and a busy pod's CPU seconds moving between two queries.
+    let pods = prometheus.scalar("sum(qosd_pods)")?;
+    if pods != admitted {
+        problems.push(format!(
+            "Prometheus's sum(qosd_pods) = {pods}, the test admitted {admitted}"
+        ));
+    }
+    let busy = format!(
+        "sum(qosd_cgroup_cpu_seconds_total{{namespace=\"{NAMESPACE}\", pod=\"{BUSY_POD}\", container=\"c\"}})"
+    );
+    let before = prometheus.scalar(&busy)?;
+    std::thread::sleep(Duration::from_secs(3));
+    let after = prometheus.scalar(&busy)?;
+    if after <= before {
+        problems.push(format!(
+            "{BUSY_POD}'s qosd_cgroup_cpu_seconds_total did not grow in Prometheus: {before} then {after} 3 s later"
+        ));
+    }
+
+    if !problems.is_empty() {
+        return Err(format!(
+            "{} of {total} queries failed:\n{}",
+            problems.len(),
+            problems.join("\n")
+        ));
+    }
+    let excluded_text = if excluded.is_empty() {
+        "none".to_owned()
+    } else {
+        excluded.join("; ")
+    };
+    let summary = format!(
+        "{total} queries from {} dashboard(s) parsed; {with_data} returned data; excluded on this host ({}): {excluded_text}; sum(qosd_pods) = {pods} as admitted; {BUSY_POD} CPU {before:.3} s -> {after:.3} s",
+        dashboards.len(),
+        excluded.len(),
+    );
+    if with_data == 0 {
+        return Ok(Outcome::Skip(format!(
+            "no query could be checked for data: {summary}"
+        )));
+    }
+    Ok(Outcome::Pass(summary))
+}
+
+/// A Prometheus child process scraping one target every second, with its configuration and
+/// storage in a temporary directory. Killed, and the directory removed, on drop.
+struct Prometheus {
+    child: Option<Child>,
+    addr: SocketAddr,
+    target: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    /// Starts Prometheus on a free 127.0.0.1 port, scraping `target`, and waits until it is
+    /// ready.
+    fn start(target: SocketAddr) -> Result<Self, String> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "qosd-systest-prometheus-{}-{nanos}",
+            std::process::id()
+        ));
+        let addr = free_port()?;
+        // The guard exists before anything is created, so every later error cleans up.
+        let mut prometheus = Self {
+            child: None,
+            addr,
+            target,
+            dir,
+        };
+        std::fs::create_dir_all(prometheus.dir.join("data"))
+            .map_err(|e| format!("{}: {e}", prometheus.dir.display()))?;
+        let config = prometheus.dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n- job_name: qosd\n  static_configs:\n  - targets: ['{target}']\n"
+            ),
+        )
+        .map_err(|e| format!("{}: {e}", config.display()))?;
+        let log_path = prometheus.log_path();
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let child = Command::new(PROMETHEUS)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                prometheus.dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting {PROMETHEUS}: {e}"))?;
+        prometheus.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if matches!(prometheus.get("/-/ready"), Ok((200, _))) {
+                return Ok(prometheus);
+            }
+            if let Some(child) = prometheus.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(format!(
+                    "prometheus exited before it was ready: {status}\n{}",
+                    prometheus.log_tail()
+                ));
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "prometheus not ready on {addr} within 30 s\n{}",
+                    prometheus.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("prometheus.log")
+    }
+
+    /// The last lines Prometheus logged, for failure messages.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(10)..].join("\n");
+        format!("--- prometheus log ---\n{tail}")
+    }
+
+    /// Waits until the qosd target is up and has been scraped [`MIN_SCRAPES`] times.
+    fn wait_for_target(&self) -> Result<(), String> {
+        let scrape_url = format!("http://{}/metrics", self.target);
+        wait_for(
+            "prometheus reports the qosd target up",
+            Duration::from_secs(30),
+            || {
+                let (status, body) = self.get("/api/v1/targets")?;
+                let json: Value = serde_json::from_str(&body)
+                    .map_err(|e| format!("/api/v1/targets ({status}): {e}"))?;
+                let target = json["data"]["activeTargets"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|t| t["scrapeUrl"] == scrape_url.as_str())
+                    .ok_or_else(|| format!("no active target {scrape_url}: {body}"))?;
+                if target["health"] == "up" {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "target health {}, last error {}",
+                        target["health"], target["lastError"]
+                    ))
+                }
+            },
+        )?;
+        wait_for(
+            "prometheus has scraped qosd a few times",
+            Duration::from_secs(30),
+            || {
+                let scrapes = self.scalar("count_over_time(qosd_build_info[1m])")?;
+                if scrapes >= MIN_SCRAPES {
+                    Ok(())
+                } else {
+                    Err(format!("{scrapes} scrapes, want {MIN_SCRAPES}"))
+                }
+            },
+        )
+    }
+
+    /// Runs an instant query; returns the result's series (a scalar or string result counts
+    /// as one). Fails unless the answer is HTTP 200 with status `success`.
+    fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
+        let (status, body) = self.get(&format!("/api/v1/query?query={}", url_encode(expr)))?;
+        let json: Value = serde_json::from_str(&body)
+            .map_err(|e| format!("HTTP {status}, unparsable answer {body:?}: {e}"))?;
+        if status != 200 || json["status"] != "success" {
+            return Err(format!(
+                "HTTP {status}, {} {}: {}",
+                json["errorType"], json["error"], expr
+            ));
+        }
+        let data = &json["data"];
+        match data["resultType"].as_str() {
+            Some("vector" | "matrix") => Ok(data["result"].as_array().cloned().unwrap_or_default()),
+            Some("scalar" | "string") => Ok(vec![data["result"].clone()]),
+            other => Err(format!("unexpected result type {other:?}: {body}")),
+        }
+    }
+
+    /// The value of a query that returns exactly one series.
+    fn scalar(&self, expr: &str) -> Result<f64, String> {
+        let result = self.query(expr)?;
+        let [series] = result.as_slice() else {
+            return Err(format!("{expr}: {} series, want 1", result.len()));
+        };
+        series["value"][1]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{expr}: no value in {series}"))
+    }
+
+    /// A GET over HTTP/1.0 (so the answer is never chunked): the status code and the body.
+    fn get(&self, path: &str) -> Result<(u16, String), String> {
+        let mut stream = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2))
+            .map_err(|e| format!("connecting to prometheus on {}: {e}", self.addr))?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .map_err(|e| e.to_string())?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr)
+            .map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .map_err(|e| format!("reading prometheus's answer to {path}: {e}"))?;
+        let (head, body) = response
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| format!("malformed HTTP answer to {path}"))?;
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .ok_or_else(|| format!("no status in {:?}", head.lines().next()))?;
+        Ok((status, body.to_owned()))
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn url_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn substitute_replaces_plain_braced_and_formatted_variables() {
+        let values: BTreeMap<String, String> = [("pod", ".+"), ("__rate_interval", "5s")]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(
+            substitute(
+                "rate(x{pod=~\"$pod\", p=~\"${pod:regex}\"}[$__rate_interval])",
+                &values
+            ),
+            Ok("rate(x{pod=~\".+\", p=~\".+\"}[5s])".to_owned())
+        );
+        assert!(substitute("x{a=\"$missing\"}", &values).is_err());
+    }
+
+    #[test]
+    fn probes_needed_finds_histogram_series_by_base_name() {
+        assert_eq!(
+            probes_needed("sum by (le) (rate(qosd_cpu_throttle_episode_seconds_bucket[5s]))"),
+            [throttle::PROBE_NAME]
+        );
+        assert_eq!(
+            probes_needed("sum(qosd_numa_hint_faults_total) / sum(qosd_cgroup_cpu_seconds_total)"),
+            [cpu_time::PROBE_NAME, numa::HINT_FAULT_PROBE]
+        );
+        assert!(probes_needed("sum(qosd_pods)").is_empty());
+    }
+
+    #[test]
+    fn url_encode_keeps_unreserved_characters_only() {
+        assert_eq!(url_encode("a_b-c.d~"), "a_b-c.d~");
+        assert_eq!(url_encode("x{a=\"b\"} / 2"), "x%7Ba%3D%22b%22%7D%20%2F%202");
+    }
+}
