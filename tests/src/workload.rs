@@ -108,3 +108,27 @@ pub fn node_cpus() -> Result<std::collections::BTreeMap<u32, Vec<usize>>, String
     }
     Ok(nodes)
 }
+
+const NUMA_BALANCING: &str = "/proc/sys/kernel/numa_balancing";
+
+/// `kernel.numa_balancing` set for a case, the old value put back on drop.
+pub struct NumaBalancing(Option<String>);
+
+impl NumaBalancing {
+    /// Turns NUMA balancing on (`true`) or off for as long as the value lives.
+    pub fn set(on: bool) -> Result<Self, String> {
+        let old = std::fs::read_to_string(NUMA_BALANCING)
+            .map_err(|e| format!("{NUMA_BALANCING}: {e}"))?;
+        std::fs::write(NUMA_BALANCING, if on { "1" } else { "0" })
+            .map_err(|e| format!("setting {NUMA_BALANCING}: {e}"))?;
+        Ok(Self(Some(old)))
+    }
+}
+
+impl Drop for NumaBalancing {
+    fn drop(&mut self) {
+        if let Some(old) = self.0.take() {
+            let _ = std::fs::write(NUMA_BALANCING, old.trim());
+        }
+    }
+}

@@ -360,7 +360,7 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
 }
 
 /// Host programs the guest cases run, copied with their shared libraries (installed by setup).
-const GUEST_TOOLS: [(&str, &str); 2] = [
+const GUEST_TOOLS: [(&str, &str); 3] = [
     (
         "/usr/bin/numactl",
         "numactl: NUMA placement of the cross-NUMA workloads",
@@ -369,10 +369,17 @@ const GUEST_TOOLS: [(&str, &str); 2] = [
         "/usr/bin/migratepages",
         "numactl: moves a workload's memory away for the NUMA realignment case",
     ),
+    (
+        "/usr/bin/prometheus",
+        "prometheus: runs every dashboard query against the guest's qosd",
+    ),
 ];
 
+/// Where the guests find the Grafana dashboards (the dashboard case reads them there).
+const GUEST_DASHBOARD_DIR: &str = "/usr/share/qosd/dashboards";
+
 /// Debug binaries carry hundreds of MB of debug info; the guests get stripped copies, plus the
-/// [`GUEST_TOOLS`].
+/// [`GUEST_TOOLS`] and the dashboards.
 fn stripped_payload(bins: &TestBinaries, work: &Path) -> Result<Vec<(PathBuf, String)>> {
     let dir = work.join("payload");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -394,6 +401,18 @@ fn stripped_payload(bins: &TestBinaries, work: &Path) -> Result<Vec<(PathBuf, St
             bail!("{tool} is missing ({why}); `cargo xtask setup` installs it");
         }
         payload.push((PathBuf::from(tool), tool.to_owned()));
+    }
+    let dashboards = crate::workspace_root().join("dashboards");
+    for entry in std::fs::read_dir(&dashboards)
+        .with_context(|| format!("reading {}", dashboards.display()))?
+    {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "json")
+            && let Some(name) = path.file_name()
+        {
+            let guest = format!("{GUEST_DASHBOARD_DIR}/{}", name.to_string_lossy());
+            payload.push((path, guest));
+        }
     }
     Ok(payload)
 }

@@ -32,8 +32,9 @@ pub struct BurstConfig {
     pub exit_ratio: f64,
     /// Quiet windows in a row (no burst used, throttling below `exit_ratio`) before release.
     pub release_windows: u32,
-    /// Windows with fewer periods than this say nothing (a mostly idle container).
-    pub min_periods: u64,
+    /// Windows with fewer throttled periods than this say nothing (one throttled period of a
+    /// mostly idle container is a large share of nothing).
+    pub min_throttled: u64,
     /// Burst as a fraction of the quota, in (0, 1].
     pub burst_fraction: f64,
     pub hold: HoldConfig,
@@ -97,7 +98,7 @@ impl BurstPolicy {
                     said_unavailable: false,
                 });
             let ratio = delta.throttled_ratio();
-            let counted = delta.periods >= config.min_periods;
+            let counted = delta.throttled_periods >= config.min_throttled;
             match state.burst_us {
                 None => {
                     let streak = state
@@ -211,7 +212,7 @@ mod tests {
             windows: 2,
             exit_ratio: 0.02,
             release_windows: 2,
-            min_periods: 10,
+            min_throttled: 2,
             burst_fraction: 1.0,
             hold: HoldConfig {
                 initial: Duration::from_secs(20),
@@ -319,7 +320,7 @@ mod tests {
     }
 
     #[test]
-    fn only_burstable_containers_with_a_limit_and_enough_periods() {
+    fn only_burstable_containers_with_a_limit_throttled_more_than_once() {
         let t0 = Instant::now();
         let mut policy = BurstPolicy::new(config());
         let guaranteed = series(
@@ -328,12 +329,8 @@ mod tests {
             QosClass::Guaranteed,
         );
         assert!(run(&mut policy, &guaranteed, &CAPS).concat().is_empty());
-        // Five periods per window: too few to judge.
-        let idle = series(
-            t0,
-            &[(0, 0, 0), (5, 5, 0), (10, 10, 0)],
-            QosClass::Burstable,
-        );
+        // One throttled period of five per window: too little to judge.
+        let idle = series(t0, &[(0, 0, 0), (5, 1, 0), (10, 2, 0)], QosClass::Burstable);
         assert!(run(&mut policy, &idle, &CAPS).concat().is_empty());
     }
 

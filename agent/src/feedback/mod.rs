@@ -103,7 +103,7 @@ impl FeedbackConfig {
                 windows: 2,
                 exit_ratio: 0.02,
                 release_windows: 6,
-                min_periods: 10,
+                min_throttled: 2,
                 burst_fraction: 1.0,
                 hold,
             },

@@ -23,7 +23,7 @@ use qosd::cgroup::cpuset::CpuSet;
 use crate::agent::{Agent, http_get, sample_value, sum_where};
 use crate::harness::{Context, Outcome, fail};
 use crate::pod_tree::{Hierarchies, TempPaths, wait_for};
-use crate::workload::{last_allowed_cpu, node_cpus, pin};
+use crate::workload::{NumaBalancing, last_allowed_cpu, node_cpus, pin};
 
 const BURST_UID: &str = "0f0e0d0c-0000-4000-8000-0000000000f1";
 const VICTIM_UID: &str = "0f0e0d0c-0000-4000-8000-0000000000f2";
@@ -228,7 +228,16 @@ fn run_burst(ctx: &Context) -> Result<Outcome, String> {
     let c = format!("kubepods/burstable/pod{BURST_UID}/c");
     s.wait_pids(&c, 1)?;
     let start = s.cpu_stat(&c)?;
-    let applied = s.wait_decision("cpu_burst", Duration::from_secs(40))?;
+    let applied = s
+        .wait_decision("cpu_burst", Duration::from_secs(40))
+        .map_err(|e| match s.cpu_stat(&c) {
+            Ok(now) => format!(
+                "{e}\n(cpu.stat since the pod started: throttled in {} of {} periods)",
+                delta(&start, &now, "nr_throttled"),
+                delta(&start, &now, "nr_periods")
+            ),
+            Err(_) => e,
+        })?;
     let decided = s.cpu_stat(&c)?;
     let burst_file = if s.h.v2() {
         "cpu.max.burst"
@@ -430,28 +439,6 @@ pub fn misplaced_memory_follows_the_cpus(ctx: &Context) -> Outcome {
     }
 }
 
-/// Sets `kernel.numa_balancing` for the case and restores it on drop, so the kernel's own
-/// balancing cannot move the pages instead of qosd.
-struct NumaBalancing(Option<String>);
-
-const NUMA_BALANCING: &str = "/proc/sys/kernel/numa_balancing";
-
-impl NumaBalancing {
-    fn off() -> Self {
-        let old = std::fs::read_to_string(NUMA_BALANCING).ok();
-        let _ = std::fs::write(NUMA_BALANCING, "0");
-        Self(old)
-    }
-}
-
-impl Drop for NumaBalancing {
-    fn drop(&mut self) {
-        if let Some(old) = &self.0 {
-            let _ = std::fs::write(NUMA_BALANCING, old.trim());
-        }
-    }
-}
-
 /// Resident bytes per node of the container from `memory.numa_stat` (v2 `anon` + `file` in
 /// bytes; v1 `total` in pages).
 fn memory_per_node(s: &Scenario, relative: &str) -> Result<BTreeMap<u32, u64>, String> {
@@ -495,7 +482,8 @@ fn run_numa(ctx: &Context) -> Result<Outcome, String> {
         .map(|dir| dir.join("migratepages"))
         .find(|p| p.is_file())
         .ok_or("migratepages is not on PATH (numactl, installed by setup)")?;
-    let _balancing = NumaBalancing::off();
+    // The kernel's own balancing must not move the pages instead of qosd.
+    let _balancing = NumaBalancing::set(false)?;
     let workload = format!(
         "[\"{}\", \"memory\", \"64\", \"600\"]",
         ctx.self_exe.display()

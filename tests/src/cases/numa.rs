@@ -29,7 +29,7 @@ use qosd::cgroup::CgroupLayout;
 use crate::agent::{Agent, sample_value, sum_where};
 use crate::cgroup_fixture::TestCgroups;
 use crate::harness::{Context, Outcome, fail};
-use crate::workload::{node_cpus, pin, proc_value, vmstat, wait_exec};
+use crate::workload::{NumaBalancing, node_cpus, pin, proc_value, vmstat, wait_exec};
 
 /// Size of each memory workload.
 const WORKLOAD_MIB: u64 = 64;
@@ -48,7 +48,6 @@ const MIN_HINT_FAULTS: f64 = 10.0;
 /// Affinity flips per migration phase.
 const FLIPS: u64 = 20;
 const HINT_PROBE: &str = "numa_hint_fault";
-const NUMA_BALANCING: &str = "/proc/sys/kernel/numa_balancing";
 const PAGE: u64 = 4096;
 
 /// One workload's numbers.
@@ -313,27 +312,6 @@ fn judge(
     }
 }
 
-/// Sets `kernel.numa_balancing` and puts the old value back on drop.
-struct Balancing(Option<String>);
-
-impl Balancing {
-    fn enable() -> Result<Self, String> {
-        let old = std::fs::read_to_string(NUMA_BALANCING)
-            .map_err(|e| format!("{NUMA_BALANCING}: {e}"))?;
-        std::fs::write(NUMA_BALANCING, "1")
-            .map_err(|e| format!("enabling {NUMA_BALANCING}: {e}"))?;
-        Ok(Self(Some(old)))
-    }
-}
-
-impl Drop for Balancing {
-    fn drop(&mut self) {
-        if let Some(old) = self.0.take() {
-            let _ = std::fs::write(NUMA_BALANCING, old.trim());
-        }
-    }
-}
-
 /// (major, minor) of the running kernel.
 fn kernel_version() -> (u32, u32) {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -412,7 +390,7 @@ fn measure_placement(ctx: &Context, agent: &Agent, probe_info: &str) -> Result<P
         .collect::<Vec<_>>()
         .join(",");
     let _balancing = if hint_live && far_node.is_some() {
-        Some(Balancing::enable()?)
+        Some(NumaBalancing::set(true)?)
     } else {
         None
     };

@@ -26,14 +26,14 @@ use qosd::probes::{cpu_time, numa, runqlat, throttle};
 use crate::agent::{Agent, free_port, sum_where};
 use crate::harness::{Context, Outcome, fail};
 use crate::pod_tree::{Hierarchies, TempPaths, wait_for};
+use crate::workload::{NumaBalancing, node_cpus};
 
 /// The Prometheus binary of the Debian package `prometheus` (`cargo xtask setup`).
 const PROMETHEUS: &str = "/usr/bin/prometheus";
-/// The command file of the test guests' `/init` (xtask/src/vm/initramfs.rs): present only
-/// inside an xtask guest, whose initramfs carries no Prometheus.
-const GUEST_COMMAND_FILE: &str = "/etc/qosd/command";
 /// Where the dashboards are, in the checkout this binary was built from.
 const DASHBOARD_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../dashboards");
+/// Where `cargo xtask test` puts them in the test guests (which hold no checkout).
+const GUEST_DASHBOARD_DIR: &str = "/usr/share/qosd/dashboards";
 const NAMESPACE: &str = "systest-prom";
 /// The pod whose CPU seconds must grow between two queries.
 const BUSY_POD: &str = "guaranteed-busy";
@@ -98,7 +98,7 @@ enum Workload {
 }
 
 /// Two pods of each QoS class, about one CPU of load in all: capped spinners (throttled), a
-/// napper (woken over and over), a forker (exec balancing migrates it), sleepers.
+/// napper (woken over and over), a forker (exec balancing migrates it), a memory toucher (hinting faults).
 const PODS: &[PodSpec] = &[
     PodSpec {
         name: BUSY_POD,
@@ -131,10 +131,11 @@ const PODS: &[PodSpec] = &[
         command: Workload::Shell("while :; do /bin/true; sleep 0.02; done"),
     },
     PodSpec {
-        name: "besteffort-sleeper",
+        name: "besteffort-memory",
         uid_suffix: "c6",
         resources: "{}",
-        command: Workload::SelfExe(&["sleep", "600"]),
+        // 32 MiB rewritten page by page: NUMA hinting faults where balancing runs.
+        command: Workload::SelfExe(&["memory", "32", "600"]),
     },
 ];
 
@@ -147,13 +148,8 @@ const TOO_BIG: &str = "apiVersion: v1\nkind: Pod\n\
 /// Every dashboard query answers from a real Prometheus scraping a real qosd.
 pub fn dashboard_queries_answer(ctx: &Context) -> Outcome {
     if !Path::new(PROMETHEUS).is_file() {
-        if Path::new(GUEST_COMMAND_FILE).is_file() {
-            return Outcome::Skip(format!(
-                "{PROMETHEUS} is not in the guest's initramfs (xtask's GUEST_TOOLS); the host tier runs this case"
-            ));
-        }
         return fail(format!(
-            "{PROMETHEUS} is missing: `cargo xtask setup` installs the Debian package prometheus"
+            "{PROMETHEUS} is missing: `cargo xtask setup` installs the Debian package prometheus (and `cargo xtask test` copies it into the guests)"
         ));
     }
     match run(ctx) {
@@ -184,6 +180,13 @@ fn pod_manifest(spec: &PodSpec, self_exe: &Path) -> String {
 
 fn run(ctx: &Context) -> Result<Outcome, String> {
     let dashboards = load_dashboards()?;
+    // With two NUMA nodes (the guests) the hinting-fault panels must show data too: NUMA
+    // balancing takes hinting faults only while it is on.
+    let _balancing = if node_cpus()?.len() >= 2 {
+        Some(NumaBalancing::set(true)?)
+    } else {
+        None
+    };
     let h = Hierarchies::new("qosd-systest-prom")?;
     let scratch = std::env::temp_dir().join(format!("{}-files", h.root_name));
     let manifests = scratch.join("manifests");
@@ -254,7 +257,13 @@ struct Dashboard {
 }
 
 fn load_dashboards() -> Result<Vec<Dashboard>, String> {
-    let dir = Path::new(DASHBOARD_DIR);
+    let dir = [DASHBOARD_DIR, GUEST_DASHBOARD_DIR]
+        .into_iter()
+        .map(Path::new)
+        .find(|d| d.is_dir())
+        .ok_or(format!(
+            "no dashboards in {DASHBOARD_DIR} (the checkout) or {GUEST_DASHBOARD_DIR} (the guests)"
+        ))?;
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
         let path = entry.map_err(|e| e.to_string())?.path();
