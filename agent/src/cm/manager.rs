@@ -432,14 +432,13 @@ impl ContainerManager {
     }
 
     /// Moves the pages of every process in `cgroup` onto `mems` (a single node), for kernels
-    /// whose cgroup v2 does not migrate them on a `cpuset.mems` change.
+    /// whose cgroup v2 does not migrate them on a `cpuset.mems` change. The kernel copies the
+    /// pages synchronously (seconds for gigabytes), so it happens on a thread of its own and
+    /// the manager runs on.
     fn move_memory(&self, cgroup: &CgroupName, mems: &CpuSet) {
         let Some(to) = mems.iter().next().filter(|_| mems.len() == 1) else {
             return;
         };
-        let nodes = NodeLayout::read_system()
-            .map(|l| l.nodes())
-            .unwrap_or_default();
         let pids = match self.cgroups.pids(cgroup) {
             Ok(pids) => pids,
             Err(e) => {
@@ -447,19 +446,24 @@ impl ContainerManager {
                 return;
             }
         };
-        for pid in pids {
-            match crate::numa::migrate::move_pages_to(pid, to, &nodes) {
-                Ok(0) => tracing::info!(pid, node = to, "memory moved"),
-                Ok(left) => {
-                    tracing::info!(
-                        pid,
-                        node = to,
-                        pages_left = left,
-                        "memory moved, some pages stay"
-                    );
+        let nodes = NodeLayout::read_system()
+            .map(|l| l.nodes())
+            .unwrap_or_default();
+        let cgroup_name = cgroup.to_string();
+        let moved = std::thread::Builder::new()
+            .name("numa-migrate".into())
+            .spawn(move || {
+                for pid in pids {
+                    match crate::numa::migrate::move_pages_to(pid, to, &nodes) {
+                        Ok(left) => {
+                            tracing::info!(cgroup = %cgroup_name, pid, node = to, pages_left = left, "memory moved");
+                        }
+                        Err(e) => tracing::warn!(cgroup = %cgroup_name, pid, error = %e, "moving memory"),
+                    }
                 }
-                Err(e) => tracing::warn!(pid, error = %e, "moving memory"),
-            }
+            });
+        if let Err(e) = moved {
+            tracing::warn!(cgroup = %cgroup, error = %e, "starting the memory mover");
         }
     }
 

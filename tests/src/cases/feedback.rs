@@ -148,11 +148,11 @@ impl Scenario {
     }
 
     /// The decision log line of `policy` from `/inspect` (published within a second of the
-    /// decision).
+    /// decision; emulated guests are slower).
     fn decision_line(&self, policy: &str) -> Result<String, String> {
         wait_for(
             &format!("a {policy} line in /inspect"),
-            Duration::from_secs(5),
+            Duration::from_secs(15),
             || {
                 let text = http_get(self.agent.addr, "/inspect")?;
                 text.lines()
