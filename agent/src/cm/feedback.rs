@@ -12,7 +12,7 @@ use crate::cgroup::manager::CgroupManager;
 use crate::cgroup::name::CgroupName;
 use crate::cgroup::resources::{Limit, ResourceConfig};
 use crate::feedback::{
-    Capabilities, ContainerRef, ContainerSnapshot, DecisionLog, Feedback, Overrides,
+    Capabilities, CfsLimit, ContainerRef, ContainerSnapshot, DecisionLog, Feedback, Overrides,
     PreemptionSource, Preemptions, Snapshot,
 };
 use crate::numa::NumaStat;
@@ -27,8 +27,8 @@ pub(super) struct Watched {
     pub target: ContainerRef,
     pub qos: QosClass,
     pub cgroup: CgroupName,
-    /// The CFS quota the manager writes, in µs, when it has a CPU limit.
-    pub quota_us: Option<u64>,
+    /// The CFS quota and period the manager writes, when it has a CPU limit.
+    pub limit: Option<CfsLimit>,
     /// The memory manager placed its memory.
     pub mems_pinned: bool,
 }
@@ -159,7 +159,7 @@ impl FeedbackLoop {
         Some(ContainerSnapshot {
             target: watched.target.clone(),
             qos: watched.qos,
-            quota_us: watched.quota_us,
+            limit: watched.limit,
             cpu: stats.cpu,
             cpus: stats.cpuset.map(|c| c.cpus.into_iter().collect()),
             memory_by_node: stats

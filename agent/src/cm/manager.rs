@@ -27,9 +27,10 @@ use crate::cgroup::cpuset::CpuSet;
 use crate::cgroup::files::Controller;
 use crate::cgroup::manager::{CgroupError, CgroupManager};
 use crate::cgroup::name::{CgroupName, NameError};
-use crate::cgroup::resources::{Limit, ResourceConfig};
+use crate::cgroup::resources::{Limit, QUOTA_PERIOD, ResourceConfig};
 use crate::feedback::{
-    ContainerRef, DecisionLog, Feedback, FeedbackConfig, FeedbackMetrics, PreemptionSource,
+    CfsLimit, ContainerRef, DecisionLog, Feedback, FeedbackConfig, FeedbackMetrics,
+    PreemptionSource,
 };
 use crate::numa::NodeLayout;
 use crate::pods::manifest::{PodEvent, SourcedPod};
@@ -478,15 +479,19 @@ impl ContainerManager {
                 let Ok(cgroup) = managed.cgroup.child(&container.name) else {
                     continue;
                 };
-                let quota_us = match container_config(container, self.options.policy).cpu_quota {
-                    Some(Limit::Value(quota)) => Some(quota),
+                let config = container_config(container, self.options.policy);
+                let limit = match config.cpu_quota {
+                    Some(Limit::Value(quota_us)) => Some(CfsLimit {
+                        quota_us,
+                        period_us: config.cpu_period.unwrap_or(QUOTA_PERIOD),
+                    }),
                     _ => None,
                 };
                 out.push(Watched {
                     target: container_ref(uid, &managed.pod, &container.name),
                     qos: managed.qos,
                     cgroup,
-                    quota_us,
+                    limit,
                     mems_pinned: self.resources.cpusets(uid, &container.name).mems.is_some(),
                 });
             }

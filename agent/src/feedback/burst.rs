@@ -2,13 +2,15 @@
 //!
 //! A Burstable container with a CPU limit that the CFS bandwidth controller throttles in many
 //! periods (`cpu.stat` `nr_throttled` / `nr_periods` at least [`BurstConfig::enter_ratio`] for
-//! [`BurstConfig::windows`] windows in a row) gets a CFS burst (`cpu.cfs_burst_us`,
-//! `cpu.max.burst`; kernel 5.14+): quota it left unused in earlier periods, up to the burst,
-//! may be spent in a later one, so short spikes within its average limit stop being
-//! throttled. The burst is the quota times [`BurstConfig::burst_fraction`] (the kernel allows
-//! at most the quota). It is lifted (the manager writes kubelet's 0 again) once the kernel
-//! reports no burst used (`nr_bursts`) and little throttling for
-//! [`BurstConfig::release_windows`] windows and the hold has passed.
+//! [`BurstConfig::windows`] windows in a row) although it uses less than its limit on average
+//! (at most [`BurstConfig::max_use_of_limit`] of it: spikes, not a steady overrun) gets a CFS
+//! burst (`cpu.cfs_burst_us`, `cpu.max.burst`; kernel 5.14+): quota it left unused in earlier
+//! periods, up to the burst, may be spent in a later one, so short spikes within its average
+//! limit stop being throttled. A container that runs at its limit leaves no quota unused, and
+//! a burst would never fill. The burst is the quota times [`BurstConfig::burst_fraction`] (the
+//! kernel allows at most the quota). It is lifted (the manager writes kubelet's 0 again) once
+//! the kernel reports no burst used (`nr_bursts`) for [`BurstConfig::release_windows`] windows
+//! and the hold has passed.
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -28,9 +30,9 @@ pub struct BurstConfig {
     pub enter_ratio: f64,
     /// Windows in a row that must be throttled.
     pub windows: u32,
-    /// Throttled share of periods below which a container with a burst counts as quiet.
-    pub exit_ratio: f64,
-    /// Quiet windows in a row (no burst used, throttling below `exit_ratio`) before release.
+    /// The highest average use, as a share of the limit, that a burst can help.
+    pub max_use_of_limit: f64,
+    /// Windows in a row without a burst used before release.
     pub release_windows: u32,
     /// Windows with fewer throttled periods than this say nothing (one throttled period of a
     /// mostly idle container is a large share of nothing).
@@ -78,7 +80,7 @@ impl BurstPolicy {
         let present: Vec<&ContainerRef> = window.containers().map(|c| &c.target).collect();
         self.targets.retain(|t, _| present.contains(&t));
         for container in window.containers() {
-            let Some(quota_us) = container.quota_us else {
+            let Some(limit) = container.limit else {
                 continue;
             };
             if container.qos != QosClass::Burstable {
@@ -101,13 +103,20 @@ impl BurstPolicy {
             let counted = delta.throttled_periods >= config.min_throttled;
             match state.burst_us {
                 None => {
+                    let used = window.cpu_used_by(&container.target);
+                    let spiky = used.is_some_and(|u| u <= limit.cpus() * config.max_use_of_limit);
                     let streak = state
                         .throttled
-                        .observe(counted && ratio >= config.enter_ratio);
+                        .observe(counted && spiky && ratio >= config.enter_ratio);
                     if streak < config.windows {
                         continue;
                     }
-                    let reason = throttled_reason(&delta, streak, window.seconds());
+                    let reason = format!(
+                        "{}, using {:.0}m of its {:.0}m limit",
+                        throttled_reason(&delta, streak, window.seconds()),
+                        used.unwrap_or(0.0) * 1e3,
+                        limit.cpus() * 1e3
+                    );
                     if !caps.cpu_burst {
                         if !state.said_unavailable {
                             state.said_unavailable = true;
@@ -121,6 +130,7 @@ impl BurstPolicy {
                         }
                         continue;
                     }
+                    let quota_us = limit.quota_us;
                     let burst = burst_us(quota_us, config.burst_fraction);
                     state.burst_us = Some(burst);
                     state.quiet = Streak::default();
@@ -134,8 +144,7 @@ impl BurstPolicy {
                     });
                 }
                 Some(burst) => {
-                    let quiet = delta.bursts.unwrap_or(0) == 0 && ratio < config.exit_ratio;
-                    let streak = state.quiet.observe(quiet);
+                    let streak = state.quiet.observe(delta.bursts.unwrap_or(0) == 0);
                     if streak < config.release_windows || !state.hold.expired(now) {
                         continue;
                     }
@@ -148,7 +157,7 @@ impl BurstPolicy {
                         target: container.target.to_string(),
                         change: format!("cpu burst 0 us (was {burst} us)"),
                         reason: format!(
-                            "no burst used and throttled in {:.1}% of periods, {streak} windows in a row",
+                            "no burst used (nr_bursts), {streak} windows in a row; throttled in {:.1}% of periods",
                             ratio * 100.0
                         ),
                     });
@@ -202,15 +211,15 @@ fn burst_us(quota_us: u64, fraction: f64) -> u64 {
 mod tests {
     use std::time::Duration;
 
-    use super::super::snapshot::Snapshot;
     use super::super::snapshot::fixtures::{container, cpu, each_window, snapshot, target};
+    use super::super::snapshot::{CfsLimit, Snapshot};
     use super::*;
 
-    fn config() -> BurstConfig {
+    pub(super) fn config() -> BurstConfig {
         BurstConfig {
             enter_ratio: 0.1,
             windows: 2,
-            exit_ratio: 0.02,
+            max_use_of_limit: 0.9,
             release_windows: 2,
             min_throttled: 2,
             burst_fraction: 1.0,
@@ -235,7 +244,10 @@ mod tests {
             .zip(0u64..)
             .map(|(&(p, t, b), i)| {
                 let mut c = container("web", qos);
-                c.quota_us = Some(20_000);
+                c.limit = Some(CfsLimit {
+                    quota_us: 20_000,
+                    period_us: 100_000,
+                });
                 c.cpu = Some(cpu(p, t, b));
                 snapshot(t0 + Duration::from_secs(5 * i), vec![c], &[])
             })
@@ -361,5 +373,57 @@ mod tests {
         assert_eq!(burst_us(20_000, 1.0), 20_000);
         assert_eq!(burst_us(20_000, 3.0), 20_000);
         assert_eq!(burst_us(20_000, 0.0), 1);
+    }
+}
+
+#[cfg(test)]
+mod steady_overrun {
+    use std::time::Duration;
+
+    use super::super::snapshot::CfsLimit;
+    use super::super::snapshot::fixtures::{container, cpu, each_window, snapshot};
+    use super::*;
+    use crate::cgroup::stats::CpuStats;
+
+    /// A container at its 200m limit on average (throttled because it always wants more)
+    /// leaves no quota unused: a burst could never fill, so none is given. Spikes under the
+    /// limit on average (100m) do get one.
+    #[test]
+    fn a_container_running_at_its_limit_gets_no_burst() {
+        let t0 = Instant::now();
+        let run = |used_per_window_ns: u64| {
+            let snaps: Vec<_> = (0..4u64)
+                .map(|i| {
+                    let mut c = container("web", QosClass::Burstable);
+                    c.limit = Some(CfsLimit {
+                        quota_us: 20_000,
+                        period_us: 100_000,
+                    });
+                    c.cpu = Some(CpuStats {
+                        usage_ns: Some(used_per_window_ns * i),
+                        ..cpu(50 * i, 20 * i, 0)
+                    });
+                    snapshot(t0 + Duration::from_secs(5 * i), vec![c], &[])
+                })
+                .collect();
+            let mut policy = BurstPolicy::new(tests::config());
+            let caps = Capabilities {
+                cpu_burst: true,
+                cpu_idle: true,
+            };
+            each_window(&snaps, |w, now| policy.evaluate(w, &caps, now)).concat()
+        };
+        // 1 s of CPU per 5 s window = 200m, the whole limit.
+        assert!(run(1_000_000_000).is_empty());
+        // 0.5 s per window = 100m.
+        let decisions = run(500_000_000);
+        assert_eq!(decisions.len(), 1);
+        assert!(
+            decisions[0]
+                .reason
+                .ends_with("using 100m of its 200m limit"),
+            "{}",
+            decisions[0].reason
+        );
     }
 }

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 pub use decision::{Action, Decision, DecisionLog, LoggedDecision};
 pub use metrics::FeedbackMetrics;
-pub use snapshot::{ContainerRef, ContainerSnapshot, Preemptions, Snapshot, Window};
+pub use snapshot::{CfsLimit, ContainerRef, ContainerSnapshot, Preemptions, Snapshot, Window};
 pub use source::PreemptionSource;
 
 use crate::cgroup::resources::ResourceConfig;
@@ -79,8 +79,9 @@ impl FeedbackConfig {
     /// BestEffort suppressed at 50 ms/s of crowding for 2 windows (capped at half what it used,
     /// at least 10m, and idle where the kernel allows; held `hold`, doubling while it comes
     /// back within 10 min, up to 15 min or `hold` if longer); a burst of the whole quota at 10%
-    /// throttled periods for 2 windows, lifted after 6 quiet windows once held; memory
-    /// realigned at 50% remote for 2 windows (16 MiB or more).
+    /// throttled periods (2 at least) for 2 windows while using at most 90% of the limit on
+    /// average, lifted after 6 windows without a burst used once held; memory realigned at 50%
+    /// remote for 2 windows (16 MiB or more).
     #[must_use]
     pub fn with_defaults(mode: Mode, period: Duration, hold: Duration) -> Self {
         let hold = HoldConfig {
@@ -101,7 +102,7 @@ impl FeedbackConfig {
             burst: BurstConfig {
                 enter_ratio: 0.10,
                 windows: 2,
-                exit_ratio: 0.02,
+                max_use_of_limit: 0.9,
                 release_windows: 6,
                 min_throttled: 2,
                 burst_fraction: 1.0,
@@ -294,7 +295,10 @@ mod tests {
 
     fn throttled_web(t0: Instant, i: u64) -> Snapshot {
         let mut c = container("web", QosClass::Burstable);
-        c.quota_us = Some(20_000);
+        c.limit = Some(CfsLimit {
+            quota_us: 20_000,
+            period_us: 100_000,
+        });
         c.cpu = Some(cpu(50 * i, 20 * i, 0));
         snapshot(t0 + Duration::from_secs(5 * i), vec![c], &[])
     }

@@ -29,8 +29,8 @@ impl std::fmt::Display for ContainerRef {
 pub struct ContainerSnapshot {
     pub target: ContainerRef,
     pub qos: QosClass,
-    /// The CFS quota written for it (µs per period), when it has a CPU limit.
-    pub quota_us: Option<u64>,
+    /// The CFS quota and period written for it, when it has a CPU limit.
+    pub limit: Option<CfsLimit>,
     /// `cpu.stat` of its cgroup (cumulative).
     pub cpu: Option<CpuStats>,
     /// The CPUs it may run on (`cpuset.cpus.effective`), when readable.
@@ -39,6 +39,26 @@ pub struct ContainerSnapshot {
     pub memory_by_node: BTreeMap<u32, u64>,
     /// The memory manager placed its memory (`cpuset.mems` is its decision).
     pub mems_pinned: bool,
+}
+
+/// A CFS bandwidth limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CfsLimit {
+    pub quota_us: u64,
+    pub period_us: u64,
+}
+
+impl CfsLimit {
+    /// The limit in CPUs.
+    #[must_use]
+    pub fn cpus(&self) -> f64 {
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "CFS quotas and periods in µs, far below 2^53"
+        )]
+        let cpus = self.quota_us as f64 / self.period_us.max(1) as f64;
+        cpus
+    }
 }
 
 /// Preemptions and the run-queue waits they caused (cumulative or over a window).
@@ -125,26 +145,31 @@ impl<'a> Window<'a> {
     /// cpuacct on v1), counting containers present in both snapshots.
     #[must_use]
     pub fn cpu_used(&self, qos: QosClass) -> f64 {
-        let seconds = self.seconds();
-        if seconds <= 0.0 {
-            return 0.0;
-        }
-        let nanos: u64 = self
-            .current
+        self.current
             .containers
             .iter()
             .filter(|c| c.qos == qos)
-            .filter_map(|now| {
-                let before = find(self.previous, &now.target)?.cpu.as_ref()?.usage_ns?;
-                now.cpu.as_ref()?.usage_ns?.checked_sub(before)
-            })
-            .sum();
+            .filter_map(|c| self.cpu_used_by(&c.target))
+            .sum()
+    }
+
+    /// CPUs `target` used over the window; `None` when it was not in both snapshots, its
+    /// usage is unreadable, or the counter went backwards.
+    #[must_use]
+    pub fn cpu_used_by(&self, target: &ContainerRef) -> Option<f64> {
+        let seconds = self.seconds();
+        let before = find(self.previous, target)?.cpu.as_ref()?.usage_ns?;
+        let nanos = find(self.current, target)?
+            .cpu
+            .as_ref()?
+            .usage_ns?
+            .checked_sub(before)?;
         #[expect(
             clippy::cast_precision_loss,
             reason = "nanoseconds of one window, far below 2^53"
         )]
         let used = nanos as f64 / 1e9 / seconds;
-        used
+        (seconds > 0.0).then_some(used)
     }
 
     /// Preemptions of `victim`-class tasks by `preemptor`-class tasks over the window; `None`
@@ -185,7 +210,7 @@ pub(super) mod fixtures {
         ContainerSnapshot {
             target: target(name),
             qos,
-            quota_us: None,
+            limit: None,
             cpu: None,
             cpus: None,
             memory_by_node: BTreeMap::new(),
@@ -193,9 +218,10 @@ pub(super) mod fixtures {
         }
     }
 
-    /// `cpu.stat` with these cumulative counters.
+    /// `cpu.stat` with these cumulative counters (and no CPU used).
     pub fn cpu(periods: u64, throttled: u64, bursts: u64) -> CpuStats {
         CpuStats {
+            usage_ns: Some(0),
             nr_periods: Some(periods),
             nr_throttled: Some(throttled),
             nr_bursts: Some(bursts),
