@@ -9,13 +9,10 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::cgroup::manager::NameStyle;
 use crate::cgroup::name::{CgroupName, NameError};
 use crate::cgroup::resources::{Limit, ResourceConfig, milli_cpu_to_shares};
-use crate::cgroup::{CgroupError, CgroupLayout, CgroupfsManager, Hierarchies};
-use crate::cm::allocatable::{
-    self, AllocatableError, CgroupLimits, NodeAllocatableConfig, ReservedCgroupLimits,
-};
+use crate::cgroup::{CgroupError, CgroupLayout, CgroupfsBackend, Hierarchies, NameStyle};
+use crate::cm::allocatable::{self, AllocatableError, CgroupLimits, NodeAllocatableConfig};
 use crate::cm::capacity::{CapacityError, MachineInfo};
 use crate::cm::index::WorkloadIndex;
 use crate::cm::manager::{ContainerManager, ManagerError, ManagerOptions};
@@ -62,6 +59,12 @@ pub enum StandaloneError {
     #[error("cgroup root {root:?}: {source}")]
     Root {
         root: String,
+        #[source]
+        source: NameError,
+    },
+    #[error("reserved cgroup {cgroup:?} (systemReservedCgroup / kubeReservedCgroup): {source}")]
+    ReservedCgroup {
+        cgroup: String,
         #[source]
         source: NameError,
     },
@@ -130,8 +133,6 @@ impl Standalone {
                 NameStyle::Systemd
             }
         };
-        let cgroups = CgroupfsManager::new(Hierarchies::from_layout(layout)?, root.clone(), style);
-
         let capacity = MachineInfo::host().capacity()?;
         let allocatable_config = NodeAllocatableConfig::from_kubelet(&config);
         allocatable::validate(&capacity, &allocatable_config)?;
@@ -169,15 +170,22 @@ impl Standalone {
             .map(to_resource_config)
             .unwrap_or_default();
         // system-reserved / kube-reserved: existing cgroups outside the cgroup root, updated
-        // (never created or removed) like kubelet's enforceNodeAllocatableCgroups.
-        let whole =
-            CgroupfsManager::new(Hierarchies::from_layout(layout)?, CgroupName::root(), style);
-        for reserved in [&enforcement.system_reserved, &enforcement.kube_reserved]
+        // and reconciled (never created or removed) by the container manager like kubelet's
+        // enforceNodeAllocatableCgroups.
+        let reserved = [&enforcement.system_reserved, &enforcement.kube_reserved]
             .into_iter()
             .flatten()
-        {
-            enforce_reserved(&whole, reserved, &metrics);
-        }
+            .map(|r| {
+                CgroupName::parse_cgroupfs(&r.cgroup)
+                    .map(|name| (name, to_resource_config(&r.limits)))
+                    .map_err(|source| StandaloneError::ReservedCgroup {
+                        cgroup: r.cgroup.clone(),
+                        source,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let cgroups = CgroupfsBackend::new(Hierarchies::from_layout(layout)?, root.clone(), style)
+            .with_reserved(reserved.iter().map(|(name, _)| name.clone()).collect());
         let policy = PodCgroupPolicy {
             enforce_cpu_limits: config.cpu_cfs_quota,
             cpu_period_us: u64::try_from(config.cpu_cfs_quota_period.as_micros())
@@ -207,6 +215,7 @@ impl Standalone {
                 log_dir: options.log_dir.clone(),
                 state_dir: Some(options.state_dir.clone()),
                 backoff: Backoff::default(),
+                reserved,
             },
             resources,
             index,
@@ -256,37 +265,6 @@ fn to_resource_config(limits: &CgroupLimits) -> ResourceConfig {
             .map(|(size, bytes)| (*size, Limit::from_signed(*bytes)))
             .collect(),
         ..ResourceConfig::default()
-    }
-}
-
-/// Writes a reservation onto its (existing) cgroup; a failure is logged and counted, and the
-/// agent runs on.
-fn enforce_reserved(
-    cgroups: &CgroupfsManager,
-    reserved: &ReservedCgroupLimits,
-    metrics: &CmMetrics,
-) {
-    use crate::cgroup::manager::CgroupManager as _;
-    let result = CgroupName::parse_cgroupfs(&reserved.cgroup)
-        .map_err(CgroupError::from)
-        .and_then(|name| match cgroups.exists(&name)? {
-            true => cgroups.update(&name, &to_resource_config(&reserved.limits)),
-            false => Err(CgroupError::Missing {
-                name: reserved.cgroup.clone(),
-                path: PathBuf::from(&reserved.cgroup),
-            }),
-        });
-    match result {
-        Ok(report) => {
-            tracing::info!(cgroup = %reserved.cgroup, writes = report.written.len(), "reservation enforced");
-        }
-        Err(e) => {
-            tracing::error!(cgroup = %reserved.cgroup, error = %e, "cannot enforce the reservation on this cgroup");
-            metrics
-                .cgroup_write_errors
-                .with_label_values(&["reserved-cgroup"])
-                .inc();
-        }
     }
 }
 

@@ -1,7 +1,8 @@
-//! [`CgroupfsManager`]: the [`CgroupManager`] that writes the cgroup filesystems directly, on
-//! v1 (a directory per managed controller hierarchy, as on hybrid hosts) and on v2 (one unified
+//! [`CgroupfsBackend`]: the [`CgroupReader`] and [`CgroupWriter`] on the cgroup filesystems,
+//! v1 (a directory per managed controller hierarchy, as on hybrid hosts) and v2 (one unified
 //! directory). Mount points come from [`Hierarchies`] and every name must lie under the root
-//! given at construction, so nothing here assumes `/sys/fs/cgroup` or touches other cgroups
+//! given at construction, or be one of the reserved cgroups it was given (updated, never
+//! created or removed), so nothing here assumes `/sys/fs/cgroup` or touches other cgroups
 //! (except enabling controllers in v2 ancestors, which a v2 cgroup cannot work without).
 //!
 //! Writes are idempotent: each planned file is read first and written only when its value
@@ -10,20 +11,21 @@
 //! directories holding files are emptied before removal.
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write as _};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::files::{self, CgroupVersion, Controller, PlannedWrite};
-use super::layout::{CgroupLayout, LayoutKind};
-use super::manager::{
-    CgroupError, CgroupManager, CgroupStats, CreateReport, DestroyReport, NameStyle, Skipped,
-    UpdateReport, Written,
+use super::backend::{
+    CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
+    DestroyReport, NameStyle, Skipped, UpdateReport, Written,
 };
+use super::files::{self, CgroupVersion, Controller, PlannedWrite, Setting, file_spec};
+use super::layout::{CgroupLayout, LayoutKind};
 use super::name::CgroupName;
 use super::resources::ResourceConfig;
-use super::{stats, v1, v2};
+use super::{stats, v1, v2, walk};
 
-/// How long [`CgroupManager::destroy`] retries a directory the kernel reports busy (its last
+/// How long [`CgroupWriter::destroy`] retries a directory the kernel reports busy (its last
 /// tasks are still exiting).
 const BUSY_RETRY_FOR: Duration = Duration::from_secs(2);
 
@@ -109,25 +111,36 @@ impl Hierarchies {
 /// Planned writes with their files, and the settings skipped.
 type Resolved = (Vec<(PathBuf, PlannedWrite)>, Vec<Skipped>);
 
-/// A [`CgroupManager`] over cgroupfs mounts.
+/// The cgroup backend over cgroupfs mounts.
 #[derive(Clone, Debug)]
-pub struct CgroupfsManager {
+pub struct CgroupfsBackend {
     hierarchies: Hierarchies,
     root: CgroupName,
+    /// Cgroups outside the root that may be read and updated, never created or removed
+    /// (kubelet's `systemReservedCgroup` and `kubeReservedCgroup`).
+    reserved: Vec<CgroupName>,
     style: NameStyle,
     page_size: u64,
 }
 
-impl CgroupfsManager {
-    /// A manager of the cgroups at or below `root` in `hierarchies`, names spelled in `style`.
+impl CgroupfsBackend {
+    /// A backend for the cgroups at or below `root` in `hierarchies`, names spelled in `style`.
     #[must_use]
     pub fn new(hierarchies: Hierarchies, root: CgroupName, style: NameStyle) -> Self {
         Self {
             hierarchies,
             root,
+            reserved: Vec::new(),
             style,
-            page_size: system_page_size(),
+            page_size: crate::numa::layout::page_size(),
         }
+    }
+
+    /// Also allows reading and updating these existing cgroups outside the root.
+    #[must_use]
+    pub fn with_reserved(mut self, reserved: Vec<CgroupName>) -> Self {
+        self.reserved = reserved;
+        self
     }
 
     /// The hierarchies managed.
@@ -136,7 +149,17 @@ impl CgroupfsManager {
         &self.hierarchies
     }
 
+    /// Names this backend may read and update: under the root, or a reserved cgroup.
     fn check(&self, name: &CgroupName) -> Result<(), CgroupError> {
+        if name.starts_with(&self.root) || self.reserved.contains(name) {
+            Ok(())
+        } else {
+            self.check_owned(name)
+        }
+    }
+
+    /// Names this backend may create and remove: under the root only.
+    fn check_owned(&self, name: &CgroupName) -> Result<(), CgroupError> {
         if name.starts_with(&self.root) {
             Ok(())
         } else {
@@ -156,6 +179,15 @@ impl CgroupfsManager {
         } else {
             mount.join(relative)
         })
+    }
+
+    /// The directory of the cpu hierarchy (the unified one on v2), else the first mounted.
+    fn primary_dir(&self, name: &CgroupName) -> Result<Option<PathBuf>, CgroupError> {
+        let mount = self
+            .hierarchies
+            .mount(Controller::Cpu)
+            .or_else(|| self.hierarchies.distinct_mounts().into_iter().next());
+        mount.map(|m| self.dir_in(m, name)).transpose()
     }
 
     /// The names from the root (excluded when it is the hierarchy root) down to `name`.
@@ -239,7 +271,7 @@ impl CgroupfsManager {
     }
 }
 
-impl CgroupManager for CgroupfsManager {
+impl CgroupReader for CgroupfsBackend {
     fn version(&self) -> CgroupVersion {
         self.hierarchies.version()
     }
@@ -281,12 +313,136 @@ impl CgroupManager for CgroupfsManager {
         Ok(true)
     }
 
+    fn children(&self, name: &CgroupName) -> Result<Vec<CgroupName>, CgroupError> {
+        self.check(name)?;
+        let Some(dir) = self.primary_dir(name)? else {
+            return Ok(Vec::new());
+        };
+        let spelled = self.style.spell(name)?;
+        let found = walk::walk(&dir, Some(1)).map_err(|source| CgroupError::Read {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(found
+            .dirs
+            .iter()
+            .filter(|d| d.depth == 1)
+            .filter_map(|d| {
+                let child = format!("{}{}", spelled.trim_end_matches('/'), d.relative);
+                self.style.parse(&child).ok()
+            })
+            .collect())
+    }
+
+    fn id(&self, name: &CgroupName) -> Result<Option<u64>, CgroupError> {
+        use std::os::unix::fs::MetadataExt as _;
+        self.check(name)?;
+        let Some(dir) = self.primary_dir(name)? else {
+            return Ok(None);
+        };
+        match std::fs::metadata(&dir) {
+            Ok(meta) => Ok(Some(meta.ino())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(CgroupError::Read { path: dir, source }),
+        }
+    }
+
+    fn setting(
+        &self,
+        name: &CgroupName,
+        setting: Setting,
+    ) -> Result<Option<(&'static str, String)>, CgroupError> {
+        self.check(name)?;
+        let row = file_spec(setting);
+        let file = match self.hierarchies.version() {
+            CgroupVersion::V1 => row.v1,
+            CgroupVersion::V2 => row.v2,
+        };
+        let (Some(file), Some(mount)) = (file, self.hierarchies.mount(row.controller)) else {
+            return Ok(None);
+        };
+        let path = self.dir_in(mount, name)?.join(file);
+        Ok(read_optional(&path)?.map(|text| (file, text.trim().to_owned())))
+    }
+
+    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
+        self.check(name)?;
+        let mut pids = BTreeSet::new();
+        for mount in self.hierarchies.distinct_mounts() {
+            for dir in collect_dirs(&self.dir_in(mount, name)?)? {
+                let path = dir.path.join("cgroup.procs");
+                let Some(text) = read_optional(&path)? else {
+                    continue;
+                };
+                for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                    let pid = line.parse::<u32>().map_err(|_| CgroupError::Procs {
+                        path: path.clone(),
+                        line: line.to_owned(),
+                    })?;
+                    pids.insert(pid);
+                }
+            }
+        }
+        Ok(pids.into_iter().collect())
+    }
+
+    fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError> {
+        let paths = self.paths(name)?;
+        if let Some(missing) = paths.values().find(|p| !p.is_dir()) {
+            return Err(CgroupError::Missing {
+                name: name.to_string(),
+                path: missing.clone(),
+            });
+        }
+        let dir = |c: Controller| paths.get(&c).map(PathBuf::as_path);
+        Ok(match &self.hierarchies {
+            Hierarchies::V1(_) => CgroupStats {
+                cpu: stats::read_cpu_v1(dir(Controller::Cpu), dir(Controller::Cpuacct))?,
+                memory: dir(Controller::Memory)
+                    .map(stats::read_memory_stat)
+                    .transpose()?
+                    .flatten(),
+                numa: dir(Controller::Memory)
+                    .map(stats::read_numa_stat)
+                    .transpose()?
+                    .flatten(),
+                cpuset: dir(Controller::Cpuset)
+                    .map(stats::read_effective_cpuset_v1)
+                    .transpose()?
+                    .flatten(),
+            },
+            Hierarchies::V2(mount) => {
+                let dir = self.dir_in(mount, name)?;
+                CgroupStats {
+                    cpu: stats::read_cpu_v2(&dir)?,
+                    memory: stats::read_memory_stat(&dir)?,
+                    numa: stats::read_numa_stat(&dir)?,
+                    cpuset: stats::read_effective_cpuset_v2(&dir)?,
+                }
+            }
+        })
+    }
+}
+
+impl CgroupJoiner for CgroupfsBackend {
+    fn join(&self, name: &CgroupName) -> Result<CgroupJoin, CgroupError> {
+        self.check_owned(name)?;
+        let mut files = Vec::new();
+        for mount in self.hierarchies.distinct_mounts() {
+            let path = self.dir_in(mount, name)?.join("cgroup.procs");
+            files.push(open_procs(&path)?);
+        }
+        Ok(CgroupJoin::new(files))
+    }
+}
+
+impl CgroupWriter for CgroupfsBackend {
     fn create(
         &self,
         name: &CgroupName,
         config: &ResourceConfig,
     ) -> Result<CreateReport, CgroupError> {
-        self.check(name)?;
+        self.check_owned(name)?;
         // Refuse unsupported settings before touching anything.
         self.plan(name, config)?;
         let chain = self.owned_chain(name)?;
@@ -370,7 +526,7 @@ impl CgroupManager for CgroupfsManager {
     }
 
     fn destroy(&self, name: &CgroupName) -> Result<DestroyReport, CgroupError> {
-        self.check(name)?;
+        self.check_owned(name)?;
         let mut report = DestroyReport::default();
         let mut first_error = None;
         for mount in self.hierarchies.distinct_mounts() {
@@ -378,11 +534,10 @@ impl CgroupManager for CgroupfsManager {
             if dir == mount {
                 return Err(CgroupError::HierarchyRoot { path: dir });
             }
-            let mut dirs = Vec::new();
-            collect_dirs(&dir, 0, &mut dirs)?;
+            let mut dirs = collect_dirs(&dir)?;
             // Deepest first.
-            dirs.sort_by_key(|(_, depth)| std::cmp::Reverse(*depth));
-            for (path, _) in dirs {
+            dirs.sort_by_key(|d| std::cmp::Reverse(d.depth));
+            for walk::CgroupDir { path, .. } in dirs {
                 match remove_cgroup_dir(&path) {
                     Ok(true) => report.removed.push(path),
                     Ok(false) => {}
@@ -399,31 +554,8 @@ impl CgroupManager for CgroupfsManager {
         }
     }
 
-    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
-        self.check(name)?;
-        let mut pids = BTreeSet::new();
-        for mount in self.hierarchies.distinct_mounts() {
-            let mut dirs = Vec::new();
-            collect_dirs(&self.dir_in(mount, name)?, 0, &mut dirs)?;
-            for (dir, _) in dirs {
-                let path = dir.join("cgroup.procs");
-                let Some(text) = read_optional(&path)? else {
-                    continue;
-                };
-                for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-                    let pid = line.parse::<u32>().map_err(|_| CgroupError::Procs {
-                        path: path.clone(),
-                        line: line.to_owned(),
-                    })?;
-                    pids.insert(pid);
-                }
-            }
-        }
-        Ok(pids.into_iter().collect())
-    }
-
     fn attach(&self, name: &CgroupName, pid: u32) -> Result<Vec<PathBuf>, CgroupError> {
-        self.check(name)?;
+        self.check_owned(name)?;
         let mut written = Vec::new();
         for mount in self.hierarchies.distinct_mounts() {
             let path = self.dir_in(mount, name)?.join("cgroup.procs");
@@ -433,41 +565,29 @@ impl CgroupManager for CgroupfsManager {
         Ok(written)
     }
 
-    fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError> {
-        let paths = self.paths(name)?;
-        if let Some(missing) = paths.values().find(|p| !p.is_dir()) {
-            return Err(CgroupError::Missing {
-                name: name.to_string(),
-                path: missing.clone(),
-            });
-        }
-        let dir = |c: Controller| paths.get(&c).map(PathBuf::as_path);
-        Ok(match &self.hierarchies {
-            Hierarchies::V1(_) => CgroupStats {
-                cpu: stats::read_cpu_v1(dir(Controller::Cpu), dir(Controller::Cpuacct))?,
-                memory: dir(Controller::Memory)
-                    .map(stats::read_memory_stat)
-                    .transpose()?
-                    .flatten(),
-                numa: dir(Controller::Memory)
-                    .map(stats::read_numa_stat)
-                    .transpose()?
-                    .flatten(),
-                cpuset: dir(Controller::Cpuset)
-                    .map(stats::read_effective_cpuset_v1)
-                    .transpose()?
-                    .flatten(),
-            },
-            Hierarchies::V2(mount) => {
-                let dir = self.dir_in(mount, name)?;
-                CgroupStats {
-                    cpu: stats::read_cpu_v2(&dir)?,
-                    memory: stats::read_memory_stat(&dir)?,
-                    numa: stats::read_numa_stat(&dir)?,
-                    cpuset: stats::read_effective_cpuset_v2(&dir)?,
+    fn kill(&self, name: &CgroupName) -> Result<usize, CgroupError> {
+        self.check_owned(name)?;
+        let mut signalled = 0;
+        for pid in self.pids(name)? {
+            let Ok(raw) = libc::pid_t::try_from(pid) else {
+                continue;
+            };
+            // SAFETY: kill(2) on a process listed in a cgroup this backend owns; no memory is
+            // involved.
+            if unsafe { libc::kill(raw, libc::SIGKILL) } == 0 {
+                signalled += 1;
+            } else {
+                let source = io::Error::last_os_error();
+                if source.raw_os_error() != Some(libc::ESRCH) {
+                    return Err(CgroupError::Kill {
+                        name: name.to_string(),
+                        pid,
+                        source,
+                    });
                 }
             }
-        })
+        }
+        Ok(signalled)
     }
 }
 
@@ -501,43 +621,34 @@ pub(super) fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
     })
 }
 
-/// `dir` and every directory below it, with their depth; nothing when `dir` does not exist.
-/// Symbolic links are not followed.
-fn collect_dirs(
-    dir: &Path,
-    depth: usize,
-    out: &mut Vec<(PathBuf, usize)>,
-) -> Result<(), CgroupError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(CgroupError::Read {
-                path: dir.to_owned(),
-                source,
-            });
-        }
-    };
-    out.push((dir.to_owned(), depth));
-    for entry in entries {
-        let entry = entry.map_err(|source| CgroupError::Read {
-            path: dir.to_owned(),
-            source,
-        })?;
-        match entry.file_type() {
-            Ok(t) if t.is_dir() => collect_dirs(&entry.path(), depth + 1, out)?,
-            Ok(_) => {}
-            // Removed meanwhile.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(CgroupError::Read {
-                    path: entry.path(),
-                    source,
-                });
-            }
-        }
+/// `dir` and every directory below it ([`walk::walk`]); nothing when `dir` does not exist, an
+/// error when any of them cannot be listed.
+fn collect_dirs(dir: &Path) -> Result<Vec<walk::CgroupDir>, CgroupError> {
+    let found = walk::walk(dir, None).map_err(|source| CgroupError::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
+    if let Some((path, source)) = found.unreadable.into_iter().next() {
+        return Err(CgroupError::Read { path, source });
     }
-    Ok(())
+    Ok(found.dirs)
+}
+
+/// Opens a `cgroup.procs` file for writing, close-on-exec. In a fixture tree the file is
+/// created; in cgroupfs it already exists.
+fn open_procs(path: &Path) -> Result<(PathBuf, OwnedFd), CgroupError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .map(|file| (path.to_owned(), OwnedFd::from(file)))
+        .map_err(|source| CgroupError::Join {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// Removes one cgroup directory: `Ok(false)` if it was already gone. EBUSY (tasks still being
@@ -586,13 +697,6 @@ fn remove_plain_files(dir: &Path) -> Result<(), CgroupError> {
         }
     }
     Ok(())
-}
-
-/// The kernel's page size, the granularity of memory limits.
-fn system_page_size() -> u64 {
-    // SAFETY: sysconf only reads a configuration value; it has no memory-safety preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
 }
 
 #[cfg(test)]
@@ -656,9 +760,9 @@ mod tests {
             Self { _dir: dir, mounts }
         }
 
-        fn manager(&self, root: &CgroupName, style: NameStyle) -> CgroupfsManager {
+        fn manager(&self, root: &CgroupName, style: NameStyle) -> CgroupfsBackend {
             let mut m =
-                CgroupfsManager::new(Hierarchies::V1(self.mounts.clone()), root.clone(), style);
+                CgroupfsBackend::new(Hierarchies::V1(self.mounts.clone()), root.clone(), style);
             m.page_size = PAGE;
             m
         }
@@ -844,7 +948,7 @@ mod tests {
         let cpuset = dir.path().join("cpuset");
         fs::create_dir(&cpuset).unwrap();
         let root = name(&["t"]);
-        let m = CgroupfsManager::new(
+        let m = CgroupfsBackend::new(
             Hierarchies::V1(BTreeMap::from([(Controller::Cpuset, cpuset)])),
             root.clone(),
             NameStyle::Cgroupfs,
@@ -998,7 +1102,7 @@ mod tests {
         );
         assert!(std::error::Error::source(&err).is_some(), "{err:?}");
         // A missing parent cgroup: mkdir fails and names the directory.
-        let orphan = CgroupfsManager::new(
+        let orphan = CgroupfsBackend::new(
             Hierarchies::V1(BTreeMap::from([(
                 Controller::Cpu,
                 fx._dir.path().join("not-mounted"),
@@ -1029,7 +1133,7 @@ mod tests {
     }
 
     /// A v2 fixture: the mount root offers the controllers of the test guests.
-    fn v2_fixture() -> (tempfile::TempDir, CgroupfsManager, CgroupName) {
+    fn v2_fixture() -> (tempfile::TempDir, CgroupfsBackend, CgroupName) {
         let dir = tempfile::tempdir().unwrap();
         fs::write(
             dir.path().join("cgroup.controllers"),
@@ -1038,7 +1142,7 @@ mod tests {
         .unwrap();
         fs::write(dir.path().join("cgroup.subtree_control"), "memory\n").unwrap();
         let root = name(&["qosd-test"]);
-        let mut m = CgroupfsManager::new(
+        let mut m = CgroupfsBackend::new(
             Hierarchies::V2(dir.path().to_owned()),
             root.clone(),
             NameStyle::Cgroupfs,

@@ -1,9 +1,9 @@
 //! Maps kernel cgroup ids to cgroup paths by walking a mounted hierarchy.
 //!
 //! A cgroup's id (`kernfs_node.id`, what the kernel programs record) is the inode number of its
-//! directory, on v2 and on v1 alike (64-bit kernels), so one `stat` per directory recovers it.
+//! directory, on v2 and on v1 alike (64-bit kernels), so one `stat` per directory recovers it
+//! (the walk is [`super::walk`]'s).
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 /// Errors while walking a cgroup hierarchy.
@@ -27,32 +27,21 @@ impl CgroupPaths {
     /// Walks the hierarchy mounted at `root`. Directories that vanish during the walk (cgroups
     /// removed meanwhile) are skipped; only an unreadable root is an error.
     pub fn scan(root: &Path) -> Result<Self, HierarchyError> {
-        let meta = std::fs::metadata(root).map_err(|source| HierarchyError::Root {
+        let root_error = |source| HierarchyError::Root {
             path: root.to_owned(),
             source,
-        })?;
-        let mut by_id = HashMap::new();
-        by_id.insert(meta.ino(), "/".to_owned());
-        let mut pending = vec![(root.to_owned(), String::new())];
-        while let Some((dir, relative)) = pending.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let Ok(file_type) = entry.file_type() else {
-                    continue;
-                };
-                if !file_type.is_dir() {
-                    continue;
-                }
-                let Ok(meta) = entry.metadata() else {
-                    continue;
-                };
-                let child = format!("{relative}/{}", entry.file_name().to_string_lossy());
-                by_id.insert(meta.ino(), child.clone());
-                pending.push((entry.path(), child));
-            }
+        };
+        let found = super::walk::walk(root, None).map_err(root_error)?;
+        if found.dirs.is_empty() {
+            return Err(root_error(std::io::Error::from(
+                std::io::ErrorKind::NotFound,
+            )));
         }
+        let by_id = found
+            .dirs
+            .into_iter()
+            .map(|dir| (dir.ino, dir.relative))
+            .collect();
         Ok(Self { by_id })
     }
 
@@ -83,6 +72,7 @@ impl CgroupPaths {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt as _;
 
     #[test]
     fn ids_are_directory_inodes_with_root_relative_paths() {

@@ -1,29 +1,34 @@
 //! cgroup filesystem knowledge: which hierarchies are mounted where ([`layout`]) and how a
-//! kernel cgroup id maps back to a cgroup path ([`hierarchy`]); cgroup names and their
-//! spellings ([`name`]), resource settings ([`resources`]) and the files that hold them
-//! ([`files`]), CPU lists ([`cpuset`]), statistics readers ([`stats`]), and the cgroup manager
-//! ([`manager`] the interface, [`cgroupfs`] the implementation, with [`v1`] / [`v2`] specifics).
+//! kernel cgroup id maps back to a cgroup path ([`hierarchy`]), through the one tree walker
+//! ([`walk`]); cgroup names and their spellings ([`name`]), resource settings ([`resources`])
+//! and the files that hold them ([`files`]), CPU lists ([`cpuset`]), statistics readers
+//! ([`stats`]), and the cgroup backends ([`backend`] the read and write interfaces,
+//! [`cgroupfs`] the implementation on cgroupfs, with [`v1`] / [`v2`] specifics).
+//!
+//! This folder and the container manager are the only code that opens a cgroup file for
+//! writing (`agent/tests/one_writer.rs` fails otherwise).
+pub mod backend;
 pub mod cgroupfs;
 pub mod cpuset;
 pub mod files;
 pub mod hierarchy;
 pub mod layout;
-pub mod manager;
 pub mod name;
 pub mod resources;
 pub mod stats;
 mod v1;
 mod v2;
+pub mod walk;
 
-pub use cgroupfs::{CgroupfsManager, Hierarchies};
+pub use backend::{
+    CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
+    DestroyReport, NameStyle, Skipped, UpdateReport, Written,
+};
+pub use cgroupfs::{CgroupfsBackend, Hierarchies};
 pub use cpuset::{CpuListError, CpuSet};
 pub use files::{CgroupVersion, Controller, FilesError, Setting};
 pub use hierarchy::{CgroupPaths, HierarchyError};
 pub use layout::{CgroupLayout, LayoutError, LayoutKind};
-pub use manager::{
-    CgroupError, CgroupManager, CgroupStats, CreateReport, DestroyReport, NameStyle, Skipped,
-    UpdateReport, Written,
-};
 pub use name::{CgroupName, NameError};
 pub use resources::{
     Limit, ResourceConfig, cpu_shares_to_weight, milli_cpu_to_quota, milli_cpu_to_shares,

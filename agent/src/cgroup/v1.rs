@@ -3,8 +3,8 @@
 //! cgroup the manager owns gets its parent's values where its own are empty.
 use std::path::Path;
 
+use super::backend::{CgroupError, Written};
 use super::cgroupfs::{read_optional, write_file};
-use super::manager::{CgroupError, Written};
 
 /// The cpuset files a v1 cgroup needs before tasks can join it.
 const INHERITED: [&str; 2] = ["cpuset.cpus", "cpuset.mems"];

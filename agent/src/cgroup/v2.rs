@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use super::backend::{CgroupError, Written};
 use super::cgroupfs::{read_optional, write_file};
 use super::files::Controller;
-use super::manager::{CgroupError, Written};
 
 /// Controllers enabled for managed cgroups, in the order they are written.
 pub(super) const ENABLED: [Controller; 5] = [

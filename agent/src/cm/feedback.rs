@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::cgroup::CpuSet;
-use crate::cgroup::files::{CgroupVersion, Controller, Setting, file_spec};
-use crate::cgroup::manager::CgroupManager;
+use crate::cgroup::backend::CgroupReader;
+use crate::cgroup::files::Setting;
 use crate::cgroup::name::CgroupName;
 use crate::cgroup::resources::{Limit, ResourceConfig};
 use crate::feedback::{
@@ -35,20 +35,8 @@ pub(super) struct Watched {
 
 /// Which feedback settings the running kernel has, judged by the files in `cgroup` (the
 /// kubepods cgroup: every pod cgroup below it has the same).
-pub(super) fn capabilities(cgroups: &dyn CgroupManager, cgroup: &CgroupName) -> Capabilities {
-    let version = cgroups.version();
-    let cpu_dir = cgroups
-        .paths(cgroup)
-        .ok()
-        .and_then(|paths| paths.get(&Controller::Cpu).cloned());
-    let has = |setting: Setting| {
-        let row = file_spec(setting);
-        let file = match version {
-            CgroupVersion::V1 => row.v1,
-            CgroupVersion::V2 => row.v2,
-        };
-        matches!((&cpu_dir, file), (Some(dir), Some(file)) if dir.join(file).exists())
-    };
+pub(super) fn capabilities(cgroups: &dyn CgroupReader, cgroup: &CgroupName) -> Capabilities {
+    let has = |setting: Setting| cgroups.setting(cgroup, setting).is_ok_and(|s| s.is_some());
     Capabilities {
         cpu_burst: has(Setting::CpuBurst),
         cpu_idle: has(Setting::CpuIdle),
@@ -105,7 +93,7 @@ impl FeedbackLoop {
     /// Takes a snapshot of `watched`, lets the policies decide, and returns what changed.
     pub(super) fn run(
         &mut self,
-        cgroups: &dyn CgroupManager,
+        cgroups: &dyn CgroupReader,
         watched: &[Watched],
         now: Instant,
     ) -> Changes {
@@ -146,7 +134,7 @@ impl FeedbackLoop {
 
     fn read_container(
         &self,
-        cgroups: &dyn CgroupManager,
+        cgroups: &dyn CgroupReader,
         watched: &Watched,
     ) -> Option<ContainerSnapshot> {
         let stats = match cgroups.stats(&watched.cgroup) {
@@ -186,13 +174,7 @@ impl FeedbackLoop {
                 return None;
             }
         };
-        let class = |id: u64| {
-            self.index.get(id).and_then(|w| {
-                QosClass::ALL
-                    .into_iter()
-                    .find(|q| q.as_str() == w.qos_class)
-            })
-        };
+        let class = |id: u64| self.index.get(id).map(|w| w.qos_class);
         let mut by_class: BTreeMap<(QosClass, QosClass), Preemptions> = BTreeMap::new();
         for ((victim, preemptor), p) in pairs {
             if let (Some(victim), Some(preemptor)) = (class(victim), class(preemptor)) {

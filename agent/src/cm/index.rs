@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use crate::pods::qos::QosClass;
+
 /// Who owns a cgroup.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Workload {
@@ -11,8 +13,7 @@ pub struct Workload {
     pub pod: String,
     /// `None` for the pod-level cgroup.
     pub container: Option<String>,
-    /// `guaranteed`, `burstable` or `besteffort`.
-    pub qos_class: String,
+    pub qos_class: QosClass,
 }
 
 /// A shared, cheaply clonable index.
@@ -69,7 +70,7 @@ mod tests {
             namespace: "default".into(),
             pod: pod.into(),
             container: container.map(Into::into),
-            qos_class: "burstable".into(),
+            qos_class: QosClass::Burstable,
         }
     }
 

@@ -19,13 +19,12 @@
 //! for pod events, [`ContainerManager::tick`] often (container exits, terminations),
 //! [`ContainerManager::reconcile`] every period.
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::cgroup::backend::{CgroupError, CgroupReader, CgroupWriter};
 use crate::cgroup::cpuset::CpuSet;
-use crate::cgroup::files::Controller;
-use crate::cgroup::manager::{CgroupError, CgroupManager};
+use crate::cgroup::files::{Controller, Setting};
 use crate::cgroup::name::{CgroupName, NameError};
 use crate::cgroup::resources::{Limit, QUOTA_PERIOD, ResourceConfig};
 use crate::feedback::{
@@ -81,6 +80,10 @@ pub struct ManagerOptions {
     /// still removes it at shutdown); `None`: only within one run.
     pub state_dir: Option<PathBuf>,
     pub backoff: Backoff,
+    /// kubelet's `systemReservedCgroup` / `kubeReservedCgroup` with the reservation enforced on
+    /// each (`enforceNodeAllocatable`): existing cgroups outside the root, updated and
+    /// reconciled like the rest, never created or removed.
+    pub reserved: Vec<(CgroupName, ResourceConfig)>,
 }
 
 /// Why cgroup files are being written: a pod change (expected writes) or the periodic
@@ -100,6 +103,10 @@ enum Phase {
     Terminating,
 }
 
+/// The container manager's writer: the cgroup backend's write side. Nothing else in qosd holds
+/// one; readers get the backend as a [`CgroupReader`].
+pub type Writer = Box<dyn CgroupWriter>;
+
 struct ManagedPod {
     pod: Pod,
     file: PathBuf,
@@ -110,7 +117,7 @@ struct ManagedPod {
 
 /// The container manager.
 pub struct ContainerManager {
-    cgroups: Box<dyn CgroupManager>,
+    cgroups: Writer,
     tiers: QosTiers,
     options: ManagerOptions,
     supervisor: Supervisor,
@@ -134,7 +141,7 @@ pub struct ContainerManager {
 impl ContainerManager {
     /// Creates the root (when missing), kubepods and the QoS tiers.
     pub fn start(
-        cgroups: Box<dyn CgroupManager>,
+        cgroups: Writer,
         options: ManagerOptions,
         resources: ResourceManagers,
         index: WorkloadIndex,
@@ -174,6 +181,7 @@ impl ContainerManager {
             feedback: None,
         };
         manager.ensure_tiers(Cause::Change)?;
+        manager.enforce_reserved(Cause::Change);
         tracing::info!(root = %manager.options.root, created_root, "container manager started");
         Ok(manager)
     }
@@ -262,7 +270,14 @@ impl ContainerManager {
             self.tiers.burstable.clone(),
             self.tiers.besteffort.clone(),
         ] {
-            for child in self.child_cgroups(&tier) {
+            let children = match self.cgroups.children(&tier) {
+                Ok(children) => children,
+                Err(e) => {
+                    tracing::warn!(cgroup = %tier, error = %e, "listing pod cgroups");
+                    continue;
+                }
+            };
+            for child in children {
                 let is_pod = child
                     .components()
                     .last()
@@ -270,13 +285,12 @@ impl ContainerManager {
                 if !is_pod || claimed.contains(&child) {
                     continue;
                 }
-                let pids = self.cgroups.pids(&child).unwrap_or_default();
-                tracing::warn!(cgroup = %child, processes = pids.len(), "removing a pod cgroup no pod claims (left by an earlier run)");
-                for pid in pids {
-                    if let Ok(pid) = i32::try_from(pid) {
-                        // SAFETY: kill(2) on a process listed in a pod cgroup under qosd's
-                        // root; no memory is involved.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                match self.cgroups.kill(&child) {
+                    Ok(killed) => {
+                        tracing::warn!(cgroup = %child, processes = killed, "removing a pod cgroup no pod claims (left by an earlier run)");
+                    }
+                    Err(e) => {
+                        tracing::warn!(cgroup = %child, error = %e, "killing the processes of an orphaned pod cgroup");
                     }
                 }
                 if let Err(e) = self.cgroups.destroy(&child) {
@@ -287,48 +301,26 @@ impl ContainerManager {
         }
     }
 
-    /// The cgroups directly below `parent` (read from the first hierarchy that has it).
-    fn child_cgroups(&self, parent: &CgroupName) -> Vec<CgroupName> {
-        let Ok(paths) = self.cgroups.paths(parent) else {
-            return Vec::new();
-        };
-        let Some(dir) = paths
-            .get(&Controller::Cpu)
-            .or_else(|| paths.values().next())
-        else {
-            return Vec::new();
-        };
-        let Ok(spelled) = self.cgroups.name(parent) else {
-            return Vec::new();
-        };
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return Vec::new();
-        };
-        entries
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| {
-                let child = format!(
-                    "{}/{}",
-                    spelled.trim_end_matches('/'),
-                    e.file_name().to_string_lossy()
-                );
-                self.cgroups.cgroup_name(&child).ok()
-            })
-            .collect()
-    }
-
     /// A container cgroup's `cpuset.cpus` and `cpuset.mems` (`None` each when unset or
     /// unreadable); `None` when the cgroup has no cpuset directory.
     fn read_cpusets(&self, name: &CgroupName) -> Option<(Option<CpuSet>, Option<CpuSet>)> {
-        let dir = self.cgroups.paths(name).ok()?.remove(&Controller::Cpuset)?;
-        let read = |file: &str| {
-            std::fs::read_to_string(dir.join(file))
+        if !self
+            .cgroups
+            .paths(name)
+            .ok()?
+            .contains_key(&Controller::Cpuset)
+        {
+            return None;
+        }
+        let read = |setting: Setting| {
+            self.cgroups
+                .setting(name, setting)
                 .ok()
-                .and_then(|text| CpuSet::parse(&text).ok())
+                .flatten()
+                .and_then(|(_, text)| CpuSet::parse(&text).ok())
                 .filter(|set| !set.is_empty())
         };
-        Some((read("cpuset.cpus"), read("cpuset.mems")))
+        Some((read(Setting::CpusetCpus), read(Setting::CpusetMems)))
     }
 
     /// Applies a pod event from the pod source.
@@ -355,7 +347,7 @@ impl ContainerManager {
 
     /// Reaps containers, advances init containers, finishes terminations.
     pub fn tick(&mut self) {
-        for event in self.supervisor.tick() {
+        for event in self.supervisor.tick(&*self.cgroups) {
             log_event(&event);
         }
         let uids: Vec<String> = self.pods.keys().cloned().collect();
@@ -370,6 +362,7 @@ impl ContainerManager {
         if let Err(e) = self.ensure_tiers(Cause::Reconcile) {
             tracing::warn!(error = %e, "reconciling the QoS tiers");
         }
+        self.enforce_reserved(Cause::Reconcile);
         let uids: Vec<String> = self.pods.keys().cloned().collect();
         for uid in uids {
             if let Err(e) = self.reconcile_pod(&uid, Cause::Reconcile) {
@@ -389,7 +382,7 @@ impl ContainerManager {
         preemptions: Option<Box<dyn PreemptionSource>>,
         metrics: Option<FeedbackMetrics>,
     ) {
-        let caps = feedback::capabilities(self.cgroups.as_ref(), &self.tiers.kubepods);
+        let caps = feedback::capabilities(self.reader(), &self.tiers.kubepods);
         tracing::info!(
             mode = ?config.mode,
             period = ?config.period,
@@ -411,7 +404,7 @@ impl ContainerManager {
         }
         let watched = self.watched();
         let changes = match self.feedback.as_mut() {
-            Some(f) => f.run(self.cgroups.as_ref(), &watched, now),
+            Some(f) => f.run(&*self.cgroups, &watched, now),
             None => return,
         };
         if !changes.overrides {
@@ -508,7 +501,7 @@ impl ContainerManager {
         }
         let deadline = Instant::now() + within;
         while !self.supervisor.is_empty() && Instant::now() < deadline {
-            for event in self.supervisor.tick() {
+            for event in self.supervisor.tick(&*self.cgroups) {
                 log_event(&event);
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -670,7 +663,7 @@ impl ContainerManager {
             namespace: managed.pod.metadata.namespace.clone(),
             pod: managed.pod.metadata.name.clone(),
             container: container.map(str::to_owned),
-            qos_class: managed.qos.as_str().to_owned(),
+            qos_class: managed.qos,
         };
         let mut indexed = vec![(pod_cgroup.clone(), workload(None))];
         self.apply(&pod_cgroup, &desired, cause)?;
@@ -797,18 +790,6 @@ impl ContainerManager {
         let Ok(cgroup) = managed.cgroup.child(&container.name) else {
             return;
         };
-        let cgroup_procs: Vec<PathBuf> = match self.cgroups.paths(&cgroup) {
-            Ok(paths) => {
-                let mut dirs: Vec<PathBuf> = paths.into_values().collect();
-                dirs.sort();
-                dirs.dedup();
-                dirs.into_iter().map(|d| d.join("cgroup.procs")).collect()
-            }
-            Err(e) => {
-                tracing::warn!(pod = %managed.pod.full_name(), container = %container.name, error = %e, "container cgroup paths");
-                return;
-            }
-        };
         let restart_policy = match (init, managed.pod.spec.restart_policy) {
             (_, PodRestartPolicy::Never) => RestartPolicy::Never,
             (true, _) | (false, PodRestartPolicy::OnFailure) => RestartPolicy::OnFailure,
@@ -834,9 +815,9 @@ impl ContainerManager {
                     .iter()
                     .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
                     .collect(),
-                cgroup_procs,
                 log_file,
             },
+            cgroup: cgroup.clone(),
             restart_policy,
             grace: Duration::from_secs(
                 u64::try_from(managed.pod.spec.termination_grace_period_seconds).unwrap_or(0),
@@ -861,7 +842,7 @@ impl ContainerManager {
                 None => return,
             }
         }
-        if let Some(event) = self.supervisor.ensure(&key, &spec) {
+        if let Some(event) = self.supervisor.ensure(&key, &spec, &*self.cgroups) {
             log_event(&event);
         }
     }
@@ -964,13 +945,42 @@ impl ContainerManager {
             .inc();
     }
 
-    /// The kernel id of a cgroup: the inode of its directory in the cpu hierarchy.
+    /// The kernel id of a cgroup (what the probes record).
     fn cgroup_id(&self, name: &CgroupName) -> Option<u64> {
-        let paths = self.cgroups.paths(name).ok()?;
-        let dir = paths
-            .get(&Controller::Cpu)
-            .or_else(|| paths.values().next())?;
-        std::fs::metadata(dir).ok().map(|m| m.ino())
+        self.cgroups.id(name).ok().flatten()
+    }
+
+    /// Writes the reservations onto their existing cgroups (kubelet's
+    /// `enforceNodeAllocatableCgroups`); a cgroup that is missing or refuses a write is logged
+    /// and counted, and the manager runs on.
+    fn enforce_reserved(&self, cause: Cause) {
+        for (name, config) in &self.options.reserved {
+            let result = match self.cgroups.exists(name) {
+                Ok(true) => self.apply(name, config, cause),
+                Ok(false) => Err(CgroupError::Missing {
+                    name: name.to_string(),
+                    path: self
+                        .cgroups
+                        .paths(name)
+                        .ok()
+                        .and_then(|p| p.into_values().next())
+                        .unwrap_or_else(|| PathBuf::from(name.to_cgroupfs())),
+                }),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::error!(cgroup = %name, error = %e, "cannot enforce the reservation on this cgroup");
+                self.metrics
+                    .cgroup_write_errors
+                    .with_label_values(&["reserved-cgroup"])
+                    .inc();
+            }
+        }
+    }
+
+    /// The backend's read side.
+    fn reader(&self) -> &dyn CgroupReader {
+        &*self.cgroups
     }
 
     // Accessors for the tree renderer.
@@ -980,8 +990,8 @@ impl ContainerManager {
     pub(super) fn feedback_log(&self) -> Option<&DecisionLog> {
         self.feedback.as_ref().map(FeedbackLoop::log)
     }
-    pub(super) fn cgroup_driver(&self) -> &dyn CgroupManager {
-        self.cgroups.as_ref()
+    pub(super) fn cgroup_driver(&self) -> &dyn CgroupReader {
+        self.reader()
     }
     pub(super) fn pod_views(&self) -> impl Iterator<Item = PodView<'_>> {
         self.pods.iter().map(|(uid, p)| PodView {
@@ -1071,8 +1081,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::cgroup::manager::NameStyle;
-    use crate::cgroup::{CgroupfsManager, Hierarchies};
+    use crate::cgroup::{CgroupfsBackend, Hierarchies, NameStyle};
     use crate::cm::allocatable::Reservation;
     use crate::cm::metrics::ResourceMetrics;
     use crate::cm::resource_managers::ResourceManagersConfig;
@@ -1131,7 +1140,7 @@ mod tests {
         resources: ResourceManagers,
     ) -> (ContainerManager, CmMetrics, WorkloadIndex) {
         let root = CgroupName::new(["qosd"]).expect("name");
-        let cgroups = CgroupfsManager::new(
+        let cgroups = CgroupfsBackend::new(
             Hierarchies::V2(dir.to_owned()),
             root.clone(),
             NameStyle::Cgroupfs,
@@ -1156,6 +1165,7 @@ mod tests {
                 max: Duration::from_millis(100),
                 reset_after: Duration::from_secs(600),
             },
+            reserved: Vec::new(),
         };
         let manager = ContainerManager::start(
             Box::new(cgroups),
@@ -1425,7 +1435,8 @@ mod tests {
     impl PreemptionSource for FakePreemptions {
         fn preemptions(
             &mut self,
-        ) -> Result<HashMap<(u64, u64), crate::feedback::Preemptions>, String> {
+        ) -> Result<HashMap<(u64, u64), crate::feedback::Preemptions>, crate::metrics::SampleError>
+        {
             Ok(self.0.lock().expect("lock").clone())
         }
     }

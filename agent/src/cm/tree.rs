@@ -3,27 +3,23 @@
 //! then the feedback's decisions, when it runs.
 use std::fmt::Write as _;
 
-use crate::cgroup::files::Controller;
+use crate::cgroup::files::Setting;
 use crate::cgroup::name::CgroupName;
 use crate::runtime::supervisor::ContainerState;
 
 use super::manager::ContainerManager;
 
-/// Limit files shown, v1 and v2 alike (whichever exist).
-const LIMIT_FILES: &[(Controller, &str)] = &[
-    (Controller::Cpu, "cpu.shares"),
-    (Controller::Cpu, "cpu.weight"),
-    (Controller::Cpu, "cpu.cfs_quota_us"),
-    (Controller::Cpu, "cpu.max"),
-    (Controller::Cpu, "cpu.cfs_burst_us"),
-    (Controller::Cpu, "cpu.max.burst"),
-    (Controller::Cpu, "cpu.idle"),
-    (Controller::Memory, "memory.limit_in_bytes"),
-    (Controller::Memory, "memory.max"),
-    (Controller::Memory, "memory.min"),
-    (Controller::Cpuset, "cpuset.cpus"),
-    (Controller::Cpuset, "cpuset.mems"),
-    (Controller::Pids, "pids.max"),
+/// Limits shown, each under its file name in the cgroup version at hand (when it exists).
+const LIMITS: &[Setting] = &[
+    Setting::CpuShares,
+    Setting::CpuQuota,
+    Setting::CpuBurst,
+    Setting::CpuIdle,
+    Setting::MemoryLimit,
+    Setting::MemoryMin,
+    Setting::CpusetCpus,
+    Setting::CpusetMems,
+    Setting::PidsLimit,
 ];
 
 pub(super) fn render(manager: &ContainerManager) -> String {
@@ -103,14 +99,9 @@ fn line(manager: &ContainerManager, title: &str, name: &CgroupName) -> String {
     let driver = manager.cgroup_driver();
     let path = driver.name(name).unwrap_or_else(|_| name.to_cgroupfs());
     let mut text = format!("{title}  {path}");
-    if let Ok(dirs) = driver.paths(name) {
-        for (controller, file) in LIMIT_FILES {
-            if let Some(value) = dirs
-                .get(controller)
-                .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
-            {
-                let _ = write!(text, "  {file}={}", value.trim());
-            }
+    for setting in LIMITS {
+        if let Ok(Some((file, value))) = driver.setting(name, *setting) {
+            let _ = write!(text, "  {file}={value}");
         }
     }
     match driver.pids(name) {

@@ -3,21 +3,20 @@
 use std::collections::HashMap;
 
 use super::snapshot::Preemptions;
+use crate::metrics::SampleError;
 use crate::probes::sched_switch::WeakSwitchProbe;
 
 /// Cumulative preemptions by (victim cgroup id, preemptor cgroup id).
 pub trait PreemptionSource: Send {
     /// The counters now; an error (the probe is gone or a map unreadable) is reported by the
     /// caller, which then decides without preemptions.
-    fn preemptions(&mut self) -> Result<HashMap<(u64, u64), Preemptions>, String>;
+    fn preemptions(&mut self) -> Result<HashMap<(u64, u64), Preemptions>, SampleError>;
 }
 
 impl PreemptionSource for WeakSwitchProbe {
-    fn preemptions(&mut self) -> Result<HashMap<(u64, u64), Preemptions>, String> {
-        let probe = self
-            .upgrade()
-            .ok_or_else(|| "the sched_switch programs are detached".to_owned())?;
-        let sample = probe.lock().sample_runq().map_err(|e| e.to_string())?;
+    fn preemptions(&mut self) -> Result<HashMap<(u64, u64), Preemptions>, SampleError> {
+        let probe = self.upgrade().ok_or(SampleError::Detached)?;
+        let sample = probe.lock().sample_runq()?;
         Ok(sample
             .preemptions
             .into_iter()

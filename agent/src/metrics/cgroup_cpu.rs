@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
 
+use super::SampleError;
 use super::families::{
     DROPPED, DROPPED_HELP, EVENTS, EVENTS_HELP, MAP_CAPACITY, MAP_CAPACITY_HELP, MAP_ENTRIES,
     MAP_ENTRIES_HELP, ProbeHealth, as_f64, cgroup_labels, family, sample_and_paths,
@@ -23,14 +24,14 @@ use qosd_common::{MAX_CGROUPS, MAX_SLOTS, names};
 /// Where the per-cgroup counters come from: the kernel probe, or a fake in tests.
 pub trait CpuTimeSource: Send {
     /// Reads every counter.
-    fn sample(&mut self) -> Result<CpuTimeSample, String>;
+    fn sample(&mut self) -> Result<CpuTimeSample, SampleError>;
     /// Drops the counters of cgroups that no longer exist.
     fn forget(&mut self, cgroup_ids: &[u64]);
 }
 
 impl CpuTimeSource for SharedSwitchProbe {
-    fn sample(&mut self) -> Result<CpuTimeSample, String> {
-        self.lock().sample_cpu_time().map_err(|e| e.to_string())
+    fn sample(&mut self) -> Result<CpuTimeSample, SampleError> {
+        Ok(self.lock().sample_cpu_time()?)
     }
 
     fn forget(&mut self, cgroup_ids: &[u64]) {
@@ -193,6 +194,7 @@ mod tests {
 
     use super::*;
     use crate::metrics::Metrics;
+    use crate::pods::qos::QosClass;
 
     /// Returns scripted samples and records what it was told to forget.
     struct FakeSource {
@@ -201,7 +203,7 @@ mod tests {
     }
 
     impl CpuTimeSource for FakeSource {
-        fn sample(&mut self) -> Result<CpuTimeSample, String> {
+        fn sample(&mut self) -> Result<CpuTimeSample, SampleError> {
             let nanos_by_cgroup = if self.samples.len() > 1 {
                 self.samples.remove(0)
             } else {
@@ -252,7 +254,7 @@ mod tests {
                 namespace: "prod".into(),
                 pod: "web".into(),
                 container: Some("app".into()),
-                qos_class: "burstable".into(),
+                qos_class: QosClass::Burstable,
             },
         );
         let collector =

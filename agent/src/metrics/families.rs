@@ -11,7 +11,7 @@ use crate::cm::index::WorkloadIndex;
 /// resolve its ids, or `None` (logged) when either cannot be had.
 pub(crate) fn sample_and_paths<S>(
     probe: &str,
-    sample: Result<S, String>,
+    sample: Result<S, super::SampleError>,
     hierarchy_root: &std::path::Path,
 ) -> Option<(S, CgroupPaths)> {
     let sample = match sample {
@@ -41,7 +41,7 @@ pub(crate) fn cgroup_labels(
         labels.push(("namespace", w.namespace));
         labels.push(("pod", w.pod));
         labels.push(("container", w.container.unwrap_or_default()));
-        labels.push(("qos_class", w.qos_class));
+        labels.push(("qos_class", w.qos_class.as_str().to_owned()));
     }
     labels
 }

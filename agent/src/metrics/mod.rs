@@ -29,6 +29,19 @@ pub enum MetricsError {
     },
 }
 
+/// Why a probe's maps could not be read at a scrape (or for the feedback).
+#[derive(Debug, thiserror::Error)]
+pub enum SampleError {
+    #[error("reading the cpu-time maps: {0}")]
+    CpuTime(#[from] crate::probes::cpu_time::CpuTimeError),
+    #[error("reading the run-queue maps: {0}")]
+    Runq(#[from] crate::probes::runqlat::RunqlatError),
+    #[error("reading the NUMA maps: {0}")]
+    Numa(#[from] crate::probes::numa::NumaProbeError),
+    #[error("the sched_switch programs are detached")]
+    Detached,
+}
+
 /// The agent's registry with its static series.
 pub struct Metrics {
     pub registry: Registry,

@@ -20,6 +20,7 @@ use std::sync::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
 
+use super::SampleError;
 use super::families::{ProbeHealth, as_f64, cgroup_labels, family, sample_and_paths};
 use crate::cgroup::CgroupPaths;
 use crate::cm::index::WorkloadIndex;
@@ -51,7 +52,7 @@ pub struct NumaLive {
 /// Where the counters come from: the kernel probe, or a fake in tests.
 pub trait NumaSource: Send {
     /// Reads every counter.
-    fn sample(&mut self) -> Result<NumaSample, String>;
+    fn sample(&mut self) -> Result<NumaSample, SampleError>;
     /// Drops the counters of cgroups that no longer exist.
     fn forget(&mut self, cgroup_ids: &[u64]);
     /// Which probes are attached.
@@ -59,8 +60,8 @@ pub trait NumaSource: Send {
 }
 
 impl NumaSource for NumaProbe {
-    fn sample(&mut self) -> Result<NumaSample, String> {
-        NumaProbe::sample(self).map_err(|e| e.to_string())
+    fn sample(&mut self) -> Result<NumaSample, SampleError> {
+        Ok(NumaProbe::sample(self)?)
     }
 
     fn forget(&mut self, cgroup_ids: &[u64]) {
@@ -276,6 +277,7 @@ impl Collector for NumaMemoryCollector {
 
 #[cfg(test)]
 mod tests {
+    use crate::pods::qos::QosClass;
     use std::collections::BTreeMap;
     use std::os::unix::fs::MetadataExt as _;
     use std::sync::{Arc, Mutex as StdMutex};
@@ -293,7 +295,7 @@ mod tests {
     }
 
     impl NumaSource for Fake {
-        fn sample(&mut self) -> Result<NumaSample, String> {
+        fn sample(&mut self) -> Result<NumaSample, SampleError> {
             Ok(self.sample.clone())
         }
         fn forget(&mut self, ids: &[u64]) {
@@ -309,7 +311,7 @@ mod tests {
             namespace: "ns".into(),
             pod: "p".into(),
             container: Some("c".into()),
-            qos_class: "guaranteed".into(),
+            qos_class: QosClass::Guaranteed,
         }
     }
 

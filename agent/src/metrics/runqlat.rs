@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 
+use super::SampleError;
 use super::families::{ProbeHealth, as_f64, cgroup_labels, family, label_pairs, sample_and_paths};
 use crate::cgroup::CgroupPaths;
 use crate::cm::index::WorkloadIndex;
@@ -29,7 +30,7 @@ use qosd_common::{MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS, MAX_SLOTS, MAX_THROTTLED_
 /// Where the counters come from: the kernel probe, or a fake in tests.
 pub trait RunqSource: Send {
     /// Reads every counter.
-    fn sample(&mut self) -> Result<RunqSample, String>;
+    fn sample(&mut self) -> Result<RunqSample, SampleError>;
     /// Drops the counters of cgroups that no longer exist.
     fn forget(&mut self, cgroup_ids: &[u64]);
     /// Whether throttle episodes are recorded.
@@ -37,8 +38,8 @@ pub trait RunqSource: Send {
 }
 
 impl RunqSource for SharedSwitchProbe {
-    fn sample(&mut self) -> Result<RunqSample, String> {
-        self.lock().sample_runq().map_err(|e| e.to_string())
+    fn sample(&mut self) -> Result<RunqSample, SampleError> {
+        Ok(self.lock().sample_runq()?)
     }
 
     fn forget(&mut self, cgroup_ids: &[u64]) {
@@ -165,7 +166,7 @@ impl Collector for RunqCollector {
             state
                 .workloads
                 .get(id)
-                .map_or_else(|| "none".to_owned(), |w| w.qos_class)
+                .map_or_else(|| "none".to_owned(), |w| w.qos_class.as_str().to_owned())
         };
         let mut by_class: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
         let mut pairs = Vec::new();
@@ -347,12 +348,13 @@ mod tests {
 
     use super::*;
     use crate::metrics::Metrics;
+    use crate::pods::qos::QosClass;
     use qosd_common::PreemptValue;
 
     struct Fake(RunqSample);
 
     impl RunqSource for Fake {
-        fn sample(&mut self) -> Result<RunqSample, String> {
+        fn sample(&mut self) -> Result<RunqSample, SampleError> {
             Ok(self.0.clone())
         }
         fn forget(&mut self, _: &[u64]) {}
@@ -397,7 +399,7 @@ mod tests {
                 namespace: "ns".into(),
                 pod: "p".into(),
                 container: Some("c".into()),
-                qos_class: "besteffort".into(),
+                qos_class: QosClass::BestEffort,
             },
         );
         let collector =

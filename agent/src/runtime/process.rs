@@ -1,28 +1,26 @@
 //! Starting a container process inside its cgroups and signalling it.
 //!
 //! The child joins every cgroup before `exec` by writing `0` ("the writing process") to each
-//! `cgroup.procs`, so not one instruction of the workload runs outside its cgroup. The paths
-//! are prepared before `fork`; the child only calls open/write/close, which are
-//! async-signal-safe. Each container leads its own process group so a stop signal reaches
+//! `cgroup.procs` of a [`CgroupJoin`] the container manager's cgroup backend opened (the
+//! runtime never builds a cgroup path), so not one instruction of the workload runs outside its
+//! cgroup. The child only calls write, which is async-signal-safe. Each container leads its own process group so a stop signal reaches
 //! everything it started.
 //!
 //! A process qosd did not start (a container left running by a qosd that was killed) can be
 //! adopted: [`AdoptedProcess`] holds a pidfd, which tells when the process has ended (its exit
 //! status belongs to its real parent and cannot be known) and cannot be fooled by pid reuse.
-use std::ffi::CString;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::os::unix::ffi::OsStrExt as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+use crate::cgroup::CgroupJoin;
 
 /// Errors starting or signalling a process.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
     #[error("container has no command")]
     NoCommand,
-    #[error("path {0} contains a NUL byte")]
-    NulInPath(PathBuf),
     #[error("opening log file {path}: {source}")]
     Log {
         path: PathBuf,
@@ -56,22 +54,15 @@ pub struct Launch {
     /// `command` followed by `args`; the first element is the program.
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
-    /// `cgroup.procs` of every hierarchy the process must join.
-    pub cgroup_procs: Vec<PathBuf>,
     /// Where stdout and stderr go; `None` discards them.
     pub log_file: Option<PathBuf>,
 }
 
-/// Starts the process described by `launch`.
-pub fn spawn(launch: &Launch) -> Result<Child, ProcessError> {
+/// Starts the process described by `launch` in the cgroups `join` opens.
+pub fn spawn(launch: &Launch, join: &CgroupJoin) -> Result<Child, ProcessError> {
     let (program, args) = launch.argv.split_first().ok_or(ProcessError::NoCommand)?;
-    let procs: Vec<CString> = launch
-        .cgroup_procs
-        .iter()
-        .map(|p| {
-            CString::new(p.as_os_str().as_bytes()).map_err(|_| ProcessError::NulInPath(p.clone()))
-        })
-        .collect::<Result<_, _>>()?;
+    // Valid until `join` is dropped, after the spawn (the child has its own copies).
+    let procs = join.raw_fds();
     let (stdout, stderr) = match &launch.log_file {
         Some(path) => {
             let file = open_log(path)?;
@@ -96,41 +87,27 @@ pub fn spawn(launch: &Launch) -> Result<Child, ProcessError> {
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and only calls open, write and
-    // close on C strings allocated before the fork; all three are async-signal-safe.
+    // SAFETY: the closure runs in the forked child before exec and only calls write on
+    // descriptors opened before the fork (inherited by the child); write is
+    // async-signal-safe.
     unsafe {
         command.pre_exec(move || join_cgroups(&procs));
     }
     command.spawn().map_err(|source| ProcessError::Spawn {
         program: program.clone(),
-        cgroups: format!("{:?}", launch.cgroup_procs),
+        cgroups: join.describe(),
         source,
     })
 }
 
 /// Moves the calling process into every cgroup (runs between fork and exec).
-fn join_cgroups(procs: &[CString]) -> std::io::Result<()> {
-    for path in procs {
-        // O_CREAT is a no-op on cgroupfs, where the file always exists in an existing cgroup;
-        // it lets the same code run on plain-directory fixtures.
-        // SAFETY: `path` is a valid NUL-terminated string; open returns -1 on error.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
-                0o644,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: writes one byte from a static buffer to the fd opened above.
+fn join_cgroups(procs: &[RawFd]) -> std::io::Result<()> {
+    for &fd in procs {
+        // SAFETY: writes one byte from a static buffer to a descriptor the parent opened for
+        // writing and keeps open until the spawn returns.
         let written = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-        let error = (written != 1).then(std::io::Error::last_os_error);
-        // SAFETY: closes the fd opened above, exactly once.
-        unsafe { libc::close(fd) };
-        if let Some(error) = error {
-            return Err(error);
+        if written != 1 {
+            return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
@@ -248,10 +225,12 @@ mod tests {
                 "echo \"$GREETING\"; echo err >&2".into(),
             ],
             env: vec![("GREETING".into(), "hello".into())],
-            cgroup_procs: Vec::new(),
             log_file: Some(log.clone()),
         };
-        let status = spawn(&launch).expect("spawn").wait().expect("wait");
+        let status = spawn(&launch, &CgroupJoin::none())
+            .expect("spawn")
+            .wait()
+            .expect("wait");
         assert!(status.success());
         assert_eq!(std::fs::read_to_string(log).expect("log"), "hello\nerr\n");
     }
@@ -261,11 +240,18 @@ mod tests {
         let launch = Launch {
             argv: vec!["/bin/true".into()],
             env: Vec::new(),
-            cgroup_procs: vec![PathBuf::from("/nonexistent/qosd/cgroup.procs")],
             log_file: None,
         };
-        let err = spawn(&launch).expect_err("cannot join");
+        // Every write to /dev/full fails (ENOSPC), as a write to a cgroup.procs the kernel
+        // refuses would.
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let join = CgroupJoin::new(vec![(PathBuf::from("/dev/full"), OwnedFd::from(full))]);
+        let err = spawn(&launch, &join).expect_err("cannot join");
         assert!(err.to_string().contains("/bin/true"), "{err}");
+        assert!(err.to_string().contains("/dev/full"), "{err}");
     }
 
     #[test]
@@ -273,10 +259,12 @@ mod tests {
         let launch = Launch {
             argv: Vec::new(),
             env: Vec::new(),
-            cgroup_procs: Vec::new(),
             log_file: None,
         };
-        assert!(matches!(spawn(&launch), Err(ProcessError::NoCommand)));
+        assert!(matches!(
+            spawn(&launch, &CgroupJoin::none()),
+            Err(ProcessError::NoCommand)
+        ));
     }
 
     #[test]
@@ -284,10 +272,9 @@ mod tests {
         let launch = Launch {
             argv: vec!["/bin/sh".into(), "-c".into(), "sleep 30 & wait".into()],
             env: Vec::new(),
-            cgroup_procs: Vec::new(),
             log_file: None,
         };
-        let mut child = spawn(&launch).expect("spawn");
+        let mut child = spawn(&launch, &CgroupJoin::none()).expect("spawn");
         std::thread::sleep(std::time::Duration::from_millis(100));
         signal_group(child.id(), libc::SIGKILL).expect("signal");
         let status = child.wait().expect("wait");
@@ -307,10 +294,9 @@ mod adopt_tests {
         let launch = Launch {
             argv: vec!["/bin/sh".into(), "-c".into(), "sleep 0.3".into()],
             env: Vec::new(),
-            cgroup_procs: Vec::new(),
             log_file: None,
         };
-        let mut child = spawn(&launch).expect("spawn");
+        let mut child = spawn(&launch, &CgroupJoin::none()).expect("spawn");
         let pid = child.id();
         assert_eq!(group_leader(&[1_000_000_000, pid]), Some(pid));
         let adopted = AdoptedProcess::adopt(pid).expect("pidfd_open");

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
 use super::process::{self, AdoptedProcess, Launch};
+use crate::cgroup::{CgroupJoiner, CgroupName};
 
 /// The exit code recorded for an adopted process, whose real status went to its parent:
 /// kubelet's code for a container whose status is unknown (`ContainerStatusUnknown`).
@@ -38,6 +39,8 @@ pub enum RestartPolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerSpec {
     pub launch: Launch,
+    /// The container's cgroup, opened through the manager's [`CgroupJoiner`] at each start.
+    pub cgroup: CgroupName,
     pub restart_policy: RestartPolicy,
     /// `terminationGracePeriodSeconds`.
     pub grace: Duration,
@@ -130,7 +133,12 @@ impl Supervisor {
 
     /// Starts the container if it is not supervised yet. A container being stopped is left
     /// alone (the caller waits for [`Event::Stopped`] before starting it again).
-    pub fn ensure(&mut self, key: &ContainerKey, spec: &ContainerSpec) -> Option<Event> {
+    pub fn ensure(
+        &mut self,
+        key: &ContainerKey,
+        spec: &ContainerSpec,
+        cgroups: &dyn CgroupJoiner,
+    ) -> Option<Event> {
         if self.entries.contains_key(key) {
             return None;
         }
@@ -146,7 +154,7 @@ impl Supervisor {
             started_at: now,
             stop_requested: false,
         };
-        let event = start(key, &mut entry, self.backoff);
+        let event = start(key, &mut entry, self.backoff, cgroups);
         self.entries.insert(key.clone(), entry);
         Some(event)
     }
@@ -208,8 +216,9 @@ impl Supervisor {
         }
     }
 
-    /// Reaps, restarts, escalates stops. Returns what happened.
-    pub fn tick(&mut self) -> Vec<Event> {
+    /// Reaps, restarts (joining the cgroups through `cgroups`), escalates stops. Returns what
+    /// happened.
+    pub fn tick(&mut self, cgroups: &dyn CgroupJoiner) -> Vec<Event> {
         let now = Instant::now();
         let mut events = Vec::new();
         let mut gone = Vec::new();
@@ -253,7 +262,7 @@ impl Supervisor {
                     ..
                 } if !entry.stop_requested && now >= restart_at => {
                     entry.restarts = entry.restarts.saturating_add(1);
-                    events.push(start(key, entry, self.backoff));
+                    events.push(start(key, entry, self.backoff, cgroups));
                 }
                 _ => {}
             }
@@ -301,8 +310,17 @@ fn restarts(policy: RestartPolicy, exit_code: i32) -> bool {
     }
 }
 
-fn start(key: &ContainerKey, entry: &mut Entry, backoff: Backoff) -> Event {
-    match process::spawn(&entry.spec.launch) {
+fn start(
+    key: &ContainerKey,
+    entry: &mut Entry,
+    backoff: Backoff,
+    cgroups: &dyn CgroupJoiner,
+) -> Event {
+    let spawned = cgroups
+        .join(&entry.spec.cgroup)
+        .map_err(|e| e.to_string())
+        .and_then(|join| process::spawn(&entry.spec.launch, &join).map_err(|e| e.to_string()));
+    match spawned {
         Ok(child) => {
             let pid = child.id();
             entry.child = Some(Running::Child(child));
@@ -313,8 +331,7 @@ fn start(key: &ContainerKey, entry: &mut Entry, backoff: Backoff) -> Event {
                 pid,
             }
         }
-        Err(e) => {
-            let error = e.to_string();
+        Err(error) => {
             entry.state = ContainerState::StartFailed {
                 error: error.clone(),
                 retry_at: Instant::now() + backoff.delay(entry.restarts),
@@ -367,15 +384,37 @@ fn reap(entry: &mut Entry) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::{CgroupError, CgroupJoin};
+
+    /// Starts processes where the test runs (no cgroup).
+    struct Here;
+
+    impl CgroupJoiner for Here {
+        fn join(&self, _: &CgroupName) -> Result<CgroupJoin, CgroupError> {
+            Ok(CgroupJoin::none())
+        }
+    }
+
+    /// A cgroup that cannot be joined.
+    struct Gone;
+
+    impl CgroupJoiner for Gone {
+        fn join(&self, name: &CgroupName) -> Result<CgroupJoin, CgroupError> {
+            Err(CgroupError::Missing {
+                name: name.to_string(),
+                path: "/nonexistent/cgroup.procs".into(),
+            })
+        }
+    }
 
     fn spec(script: &str, policy: RestartPolicy, grace_ms: u64) -> ContainerSpec {
         ContainerSpec {
             launch: Launch {
                 argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
                 env: Vec::new(),
-                cgroup_procs: Vec::new(),
                 log_file: None,
             },
+            cgroup: CgroupName::root(),
             restart_policy: policy,
             grace: Duration::from_millis(grace_ms),
         }
@@ -404,7 +443,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut all = Vec::new();
         while Instant::now() < deadline {
-            all.extend(s.tick());
+            all.extend(s.tick(&Here));
             if done(s, &all) {
                 return all;
             }
@@ -416,15 +455,27 @@ mod tests {
     #[test]
     fn always_restarts_with_backoff() {
         let mut s = Supervisor::new(fast());
-        s.ensure(&key("c"), &spec("exit 0", RestartPolicy::Always, 100));
+        s.ensure(
+            &key("c"),
+            &spec("exit 0", RestartPolicy::Always, 100),
+            &Here,
+        );
         tick_until(&mut s, |s, _| s.restart_count(&key("c")) >= 3);
     }
 
     #[test]
     fn on_failure_restarts_only_failures() {
         let mut s = Supervisor::new(fast());
-        s.ensure(&key("ok"), &spec("exit 0", RestartPolicy::OnFailure, 100));
-        s.ensure(&key("bad"), &spec("exit 3", RestartPolicy::OnFailure, 100));
+        s.ensure(
+            &key("ok"),
+            &spec("exit 0", RestartPolicy::OnFailure, 100),
+            &Here,
+        );
+        s.ensure(
+            &key("bad"),
+            &spec("exit 3", RestartPolicy::OnFailure, 100),
+            &Here,
+        );
         tick_until(&mut s, |s, _| s.restart_count(&key("bad")) >= 2);
         assert_eq!(
             s.state(&key("ok")),
@@ -436,7 +487,7 @@ mod tests {
     #[test]
     fn never_keeps_the_exit_code() {
         let mut s = Supervisor::new(fast());
-        s.ensure(&key("c"), &spec("exit 7", RestartPolicy::Never, 100));
+        s.ensure(&key("c"), &spec("exit 7", RestartPolicy::Never, 100), &Here);
         tick_until(&mut s, |s, _| {
             s.state(&key("c")) == Some(&ContainerState::Terminated { exit_code: 7 })
         });
@@ -453,6 +504,7 @@ mod tests {
                 RestartPolicy::Always,
                 5000,
             ),
+            &Here,
         );
         std::thread::sleep(Duration::from_millis(100));
         s.stop(&key("c"));
@@ -481,6 +533,7 @@ mod tests {
                 RestartPolicy::Always,
                 200,
             ),
+            &Here,
         );
         std::thread::sleep(Duration::from_millis(100));
         let asked = Instant::now();
@@ -512,7 +565,7 @@ mod tests {
             RestartPolicy::Always,
             5000,
         );
-        let mut child = process::spawn(&orphan.launch).expect("spawn");
+        let mut child = process::spawn(&orphan.launch, &CgroupJoin::none()).expect("spawn");
         let pid = child.id();
         let mut s = Supervisor::new(fast());
         let event = s
@@ -548,7 +601,7 @@ mod tests {
         let mut s = Supervisor::new(fast());
         let mut bad = spec("true", RestartPolicy::Always, 100);
         bad.launch.argv = vec!["/nonexistent/qosd-binary".into()];
-        let first = s.ensure(&key("c"), &bad);
+        let first = s.ensure(&key("c"), &bad, &Here);
         assert!(
             matches!(first, Some(Event::StartFailed { .. })),
             "{first:?}"
@@ -560,5 +613,22 @@ mod tests {
                 >= 2
         });
         assert!(!events.is_empty());
+    }
+
+    #[test]
+    fn a_cgroup_that_cannot_be_joined_fails_the_start_naming_it() {
+        let mut s = Supervisor::new(fast());
+        let mut in_pod = spec("true", RestartPolicy::Always, 100);
+        in_pod.cgroup = CgroupName::parse_cgroupfs("/qosd/kubepods/podx/c").expect("name");
+        match s.ensure(&key("c"), &in_pod, &Gone) {
+            Some(Event::StartFailed { error, .. }) => {
+                assert!(error.contains("/qosd/kubepods/podx/c"), "{error}");
+            }
+            other => panic!("started without its cgroup: {other:?}"),
+        }
+        assert!(matches!(
+            s.state(&key("c")),
+            Some(ContainerState::StartFailed { .. })
+        ));
     }
 }

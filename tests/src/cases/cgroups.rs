@@ -1,4 +1,4 @@
-//! The cgroup manager (`qosd::cgroup::CgroupfsManager`) against the real cgroup filesystems:
+//! The cgroup manager (`qosd::cgroup::CgroupfsBackend`) against the real cgroup filesystems:
 //! v1 on the hybrid host, v2 in the guests (`CgroupLayout::detect` decides). Every case works
 //! under its own uniquely named root, `qosd-systest-cg-<pid>-<nanos>`, which is destroyed when
 //! the case ends, failed or not; nothing outside it is written (on v2, controllers are also
@@ -9,9 +9,9 @@ use std::process::{Child, Command};
 use std::time::Instant;
 
 use qosd::cgroup::{
-    CgroupError, CgroupLayout, CgroupManager, CgroupName, CgroupVersion, CgroupfsManager,
-    Controller, CpuSet, FilesError, Hierarchies, Limit, NameStyle, ResourceConfig, Setting,
-    Written, milli_cpu_to_quota, milli_cpu_to_shares,
+    CgroupError, CgroupLayout, CgroupName, CgroupReader as _, CgroupVersion, CgroupWriter as _,
+    CgroupfsBackend, Controller, CpuSet, FilesError, Hierarchies, Limit, NameStyle, ResourceConfig,
+    Setting, Written, milli_cpu_to_quota, milli_cpu_to_shares,
 };
 
 use crate::harness::{Context, Outcome, fail};
@@ -21,7 +21,7 @@ const MB2: u64 = 2 << 20;
 /// A manager confined to a fresh test root; on drop, its workloads are killed and the root
 /// destroyed in every hierarchy.
 struct TestRoot {
-    manager: CgroupfsManager,
+    manager: CgroupfsBackend,
     root: CgroupName,
     children: Vec<Child>,
 }
@@ -38,7 +38,7 @@ impl TestRoot {
         let root = CgroupName::new([format!("{prefix}-{}-{nanos}", std::process::id())])
             .map_err(|e| e.to_string())?;
         Ok(Self {
-            manager: CgroupfsManager::new(hierarchies, root.clone(), NameStyle::Cgroupfs),
+            manager: CgroupfsBackend::new(hierarchies, root.clone(), NameStyle::Cgroupfs),
             root,
             children: Vec::new(),
         })
@@ -541,6 +541,84 @@ fn run_pids_destroy(ctx: &Context) -> Result<String, String> {
         "pid {pid} seen in the pod and the root, not the sibling; {} directories removed in {:?}",
         report.removed.len(),
         took
+    ))
+}
+
+/// A process started through the backend's join handle (the fds of `cgroup.procs` the
+/// container manager hands the runtime) is in the container cgroup in every hierarchy from its
+/// first instruction (its own /proc/self/cgroup, printed by the program it execs, names it);
+/// `kill` signals every process of the cgroup and `pids` is empty afterwards.
+pub fn join_handle_and_kill(ctx: &Context) -> Outcome {
+    match run_join_kill(ctx) {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(e) => fail(e),
+    }
+}
+
+fn run_join_kill(_ctx: &Context) -> Result<String, String> {
+    use qosd::cgroup::CgroupJoiner as _;
+    use qosd::runtime::process::{Launch, spawn};
+    let t = TestRoot::new("qosd-systest-cg")?;
+    let (name, pod) = create_pod(&t)?;
+    let container = name.child("c").map_err(|e| e.to_string())?;
+    t.manager
+        .create(&container, &pod.config)
+        .map_err(|e| e.to_string())?;
+    let spelled = t.manager.name(&container).map_err(|e| e.to_string())?;
+    let log = std::env::temp_dir().join(format!("qosd-systest-join-{}.log", std::process::id()));
+    let launch = Launch {
+        // The shell prints where it runs before anything else, then waits to be killed.
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "cat /proc/self/cgroup; exec sleep 30".into(),
+        ],
+        env: Vec::new(),
+        log_file: Some(log.clone()),
+    };
+    let join = t.manager.join(&container).map_err(|e| e.to_string())?;
+    let mut child = spawn(&launch, &join).map_err(|e| e.to_string())?;
+    drop(join);
+    let pid = child.id();
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    let wanted = match t.version() {
+        CgroupVersion::V1 => t.root_dirs()?.len(),
+        CgroupVersion::V2 => 1,
+    };
+    let printed = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let placed = text
+            .lines()
+            .filter(|l| l.ends_with(&format!(":{spelled}")))
+            .count();
+        if placed >= wanted {
+            break text;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "the process printed {placed} of {wanted} hierarchies in {spelled}:\n{text}"
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _ = std::fs::remove_file(&log);
+    let before = t.manager.pids(&container).map_err(|e| e.to_string())?;
+    let killed = t.manager.kill(&container).map_err(|e| e.to_string())?;
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let after = t.manager.pids(&container).map_err(|e| e.to_string())?;
+    if !before.contains(&pid) || killed < 1 || !after.is_empty() {
+        return Err(format!(
+            "pids before kill {before:?} (started {pid}), {killed} signalled, after {after:?}"
+        ));
+    }
+    if std::os::unix::process::ExitStatusExt::signal(&status) != Some(libc::SIGKILL) {
+        return Err(format!("the process ended with {status}, not SIGKILL"));
+    }
+    let lines = printed.lines().count();
+    Ok(format!(
+        "pid {pid} printed its cgroup {spelled} in {wanted} hierarchies ({lines} lines of /proc/self/cgroup) before exec; kill signalled {killed}, nothing left"
     ))
 }
 

@@ -44,6 +44,10 @@ pub fn all() -> Vec<Case> {
             run: cgroups::pids_and_destroy_leave_nothing,
         },
         Case {
+            name: "cgroup_manager_join_handle_places_before_exec_and_kill_empties",
+            run: cgroups::join_handle_and_kill,
+        },
+        Case {
             name: "cgroup_manager_stats_read_kernel_files",
             run: cgroups::stats_read_kernel_files,
         },

@@ -1,12 +1,18 @@
-//! The cgroup manager interface, kubelet's `CgroupManager`: create, update, destroy and inspect
-//! cgroups by [`CgroupName`], independent of the cgroup version and of the name spelling
-//! (cgroupfs or systemd slices). [`super::cgroupfs::CgroupfsManager`] implements it by writing
-//! the cgroup filesystems directly.
+//! The cgroup backend interface, kubelet's `CgroupManager` split in two: [`CgroupReader`]
+//! (paths, existence, children, processes, kernel ids, settings and statistics) for everything
+//! that only looks (probes, metrics, feedback, `inspect`, discovery), and [`CgroupWriter`]
+//! (create, update, destroy, move a process, open a join handle, kill) that only the
+//! container manager holds. Both work by [`CgroupName`], independent of the cgroup version and
+//! of the name spelling (cgroupfs or systemd slices). [`super::cgroupfs::CgroupfsBackend`]
+//! implements them on the cgroup filesystems (v1, hybrid, v2); a systemd backend over D-Bus is
+//! the next implementation of the same pair.
 //!
-//! Every manager is confined to a root name given at construction: names outside it are refused,
-//! so it never alters cgroups it was not given.
+//! Every backend is confined to a root name given at construction (plus the reserved cgroups
+//! it is told about, which it may update but never create or remove): names outside are
+//! refused, so it never alters cgroups it was not given.
 use std::collections::BTreeMap;
 use std::io;
+use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use std::path::PathBuf;
 
 use super::files::{CgroupVersion, Controller, FilesError, Setting};
@@ -68,6 +74,19 @@ pub enum CgroupError {
     },
     #[error("{path}: {line:?} is not a process id")]
     Procs { path: PathBuf, line: String },
+    #[error("opening {path} to join the cgroup: {source}")]
+    Join {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("killing process {pid} of cgroup {name}: {source}")]
+    Kill {
+        name: String,
+        pid: u32,
+        #[source]
+        source: io::Error,
+    },
     #[error(transparent)]
     Stats(#[from] StatsError),
 }
@@ -116,7 +135,7 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// What [`CgroupManager::update`] did.
+/// What [`CgroupWriter::update`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UpdateReport {
     /// The writes performed, in order; empty when everything already matched.
@@ -124,7 +143,7 @@ pub struct UpdateReport {
     pub skipped: Vec<Skipped>,
 }
 
-/// What [`CgroupManager::create`] did.
+/// What [`CgroupWriter::create`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CreateReport {
     /// Directories created, outermost first (existing ones are not listed).
@@ -136,7 +155,7 @@ pub struct CreateReport {
     pub skipped: Vec<Skipped>,
 }
 
-/// What [`CgroupManager::destroy`] removed, deepest first.
+/// What [`CgroupWriter::destroy`] removed, deepest first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DestroyReport {
     pub removed: Vec<PathBuf>,
@@ -152,19 +171,61 @@ pub struct CgroupStats {
     pub cpuset: Option<EffectiveCpuset>,
 }
 
-/// kubelet's `CgroupManager`.
-pub trait CgroupManager: Send + Sync {
-    /// The cgroup version written.
+/// An opened way into a cgroup for a process about to start: one `cgroup.procs` file per
+/// hierarchy, opened for writing by the backend (the runtime never builds a cgroup path).
+/// Between fork and exec the child writes `0` ("the writing process") to each, so not one
+/// instruction of the workload runs outside the cgroup. The descriptors are close-on-exec.
+#[derive(Debug)]
+pub struct CgroupJoin {
+    files: Vec<(PathBuf, OwnedFd)>,
+}
+
+impl CgroupJoin {
+    /// A handle over files already opened for writing.
+    #[must_use]
+    pub fn new(files: Vec<(PathBuf, OwnedFd)>) -> Self {
+        Self { files }
+    }
+
+    /// A handle that joins nothing (the process stays where qosd is; tests only).
+    #[must_use]
+    pub fn none() -> Self {
+        Self { files: Vec::new() }
+    }
+
+    /// The raw descriptors, for the child to write to between fork and exec; valid while
+    /// `self` lives.
+    #[must_use]
+    pub fn raw_fds(&self) -> Vec<RawFd> {
+        self.files.iter().map(|(_, fd)| fd.as_raw_fd()).collect()
+    }
+
+    /// The files, for messages.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let paths: Vec<String> = self
+            .files
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        format!("[{}]", paths.join(", "))
+    }
+}
+
+/// The read side of a cgroup backend: what probes, metrics, the feedback, `inspect` and
+/// discovery get. Nothing here changes a cgroup.
+pub trait CgroupReader: Send + Sync {
+    /// The cgroup version.
     fn version(&self) -> CgroupVersion;
 
-    /// The name everything this manager touches lives under.
+    /// The name everything this backend manages lives under.
     fn root(&self) -> &CgroupName;
 
-    /// The name's path relative to each hierarchy root in this manager's spelling
+    /// The name's path relative to each hierarchy root in this backend's spelling
     /// (kubelet's `Name`), e.g. `/kubepods/burstable`.
     fn name(&self, name: &CgroupName) -> Result<String, CgroupError>;
 
-    /// Reads a path in this manager's spelling back into a name (kubelet's `CgroupName`).
+    /// Reads a path in this backend's spelling back into a name (kubelet's `CgroupName`).
     fn cgroup_name(&self, path: &str) -> Result<CgroupName, CgroupError>;
 
     /// The directory holding each managed controller's files for `name` (on v2 the same
@@ -174,6 +235,39 @@ pub trait CgroupManager: Send + Sync {
     /// True when the cgroup exists in every hierarchy it is managed in.
     fn exists(&self, name: &CgroupName) -> Result<bool, CgroupError>;
 
+    /// The cgroups directly below `name` (from the cpu hierarchy, else the first one), in no
+    /// particular order; empty when `name` does not exist.
+    fn children(&self, name: &CgroupName) -> Result<Vec<CgroupName>, CgroupError>;
+
+    /// The kernel's id of the cgroup (what the eBPF programs record): the inode of its
+    /// directory in the cpu hierarchy (the unified one on v2). `None` when it does not exist.
+    fn id(&self, name: &CgroupName) -> Result<Option<u64>, CgroupError>;
+
+    /// The file that holds `setting` in this version and its trimmed content; `None` when
+    /// the file does not exist (the controller is not there, or the kernel lacks the file).
+    fn setting(
+        &self,
+        name: &CgroupName,
+        setting: Setting,
+    ) -> Result<Option<(&'static str, String)>, CgroupError>;
+
+    /// Processes in the cgroup or any cgroup below it, in any hierarchy (kubelet's `Pids`),
+    /// sorted.
+    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError>;
+
+    /// The cgroup's CPU, memory and cpuset statistics.
+    fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError>;
+}
+
+/// Opens the way into a cgroup for a process about to start: the one write capability the
+/// runtime gets (from the container manager, at each start), so it never builds a cgroup path.
+pub trait CgroupJoiner {
+    /// Opens the cgroup's `cgroup.procs` files for a process about to start in it.
+    fn join(&self, name: &CgroupName) -> Result<CgroupJoin, CgroupError>;
+}
+
+/// The write side of a cgroup backend. Only the container manager holds one.
+pub trait CgroupWriter: CgroupReader + CgroupJoiner {
     /// Creates the cgroup (and any missing ancestor below the root) in every managed
     /// hierarchy, makes it usable (v1 cpusets inherited, v2 controllers enabled in the
     /// ancestors), then applies `config` as [`Self::update`] does.
@@ -195,14 +289,11 @@ pub trait CgroupManager: Send + Sync {
     /// if it is already gone.
     fn destroy(&self, name: &CgroupName) -> Result<DestroyReport, CgroupError>;
 
-    /// Processes in the cgroup or any cgroup below it, in any hierarchy (kubelet's `Pids`),
-    /// sorted.
-    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError>;
-
     /// Moves process `pid` into the cgroup in every hierarchy; returns the `cgroup.procs`
     /// files written.
     fn attach(&self, name: &CgroupName, pid: u32) -> Result<Vec<PathBuf>, CgroupError>;
 
-    /// The cgroup's CPU, memory and cpuset statistics.
-    fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError>;
+    /// Sends SIGKILL to every process in the cgroup and below; returns how many were
+    /// signalled (processes already gone are not errors).
+    fn kill(&self, name: &CgroupName) -> Result<usize, CgroupError>;
 }
