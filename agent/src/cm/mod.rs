@@ -4,7 +4,7 @@ pub mod allocatable;
 pub mod capacity;
 pub mod checkpoint;
 pub mod cpu;
-pub mod feedback;
+pub mod feedback_loop;
 pub mod index;
 pub mod manager;
 pub mod memory;

@@ -1,0 +1,191 @@
+//! Desired state to cgroupfs: pod and container cgroups, the QoS tiers, the reserved cgroups; every
+//! write idempotent, every write made by the periodic reconcile counted as corrected drift.
+use std::path::PathBuf;
+
+use crate::cgroup::backend::CgroupError;
+use crate::cgroup::name::CgroupName;
+use crate::cgroup::resources::ResourceConfig;
+use crate::cm::index::Workload;
+use crate::cm::pod_resources::{container_config, pod_config};
+use crate::cm::qos_tiers::tier_settings;
+use crate::pods::model::Container;
+
+use super::ContainerManager;
+use super::{Cause, Phase, container_ref};
+
+impl ContainerManager {
+    /// Compares cgroupfs with the desired state and corrects every difference.
+    pub fn reconcile(&mut self) {
+        self.resources.flush();
+        if let Err(e) = self.ensure_tiers(Cause::Reconcile) {
+            tracing::warn!(error = %e, "reconciling the QoS tiers");
+        }
+        self.enforce_reserved(Cause::Reconcile);
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in uids {
+            if let Err(e) = self.reconcile_pod(&uid, Cause::Reconcile) {
+                tracing::warn!(pod_uid = %uid, error = %e, "reconciling pod cgroups");
+                self.count_error(&e);
+            }
+        }
+    }
+
+    /// Creates or corrects the pod cgroup and its container cgroups, and (re)indexes them.
+    pub(super) fn reconcile_pod(&mut self, uid: &str, cause: Cause) -> Result<(), CgroupError> {
+        let Some(managed) = self.pods.get(uid) else {
+            return Ok(());
+        };
+        if managed.phase == Phase::Terminating {
+            return Ok(());
+        }
+        let pod_cgroup = managed.cgroup.clone();
+        let desired = pod_config(&managed.pod.spec, self.options.policy);
+        let containers: Vec<Container> = managed.pod.spec.all_containers().cloned().collect();
+        let workload = |container: Option<&str>| Workload {
+            namespace: managed.pod.metadata.namespace.clone(),
+            pod: managed.pod.metadata.name.clone(),
+            container: container.map(str::to_owned),
+            qos_class: managed.qos,
+        };
+        let mut indexed = vec![(pod_cgroup.clone(), workload(None))];
+        self.apply(&pod_cgroup, &desired, cause)?;
+        for container in &containers {
+            let name = pod_cgroup
+                .child(&container.name)
+                .map_err(CgroupError::from)?;
+            let cpusets = self.resources.cpusets(uid, &container.name);
+            let config = ResourceConfig {
+                cpuset_cpus: cpusets.cpus,
+                cpuset_mems: cpusets.mems,
+                ..container_config(container, self.options.policy)
+            };
+            let config = match &self.feedback {
+                Some(f) => {
+                    f.container_config(&container_ref(uid, &managed.pod, &container.name), config)
+                }
+                None => config,
+            };
+            self.apply(&name, &config, cause)?;
+            indexed.push((name, workload(Some(&container.name))));
+        }
+        for (name, workload) in indexed {
+            if let Some(id) = self.cgroup_id(&name) {
+                self.index.insert(id, workload);
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates `name` with `config`, or rewrites what differs; counts drift and errors.
+    pub(super) fn apply(
+        &self,
+        name: &CgroupName,
+        config: &ResourceConfig,
+        cause: Cause,
+    ) -> Result<(), CgroupError> {
+        if self.cgroups.exists(name)? {
+            let report = self.cgroups.update(name, config)?;
+            for w in &report.written {
+                if cause == Cause::Reconcile {
+                    tracing::info!(file = %w.path.display(), value = %w.value, "corrected drift");
+                    self.metrics.drift_corrections.inc();
+                } else {
+                    tracing::debug!(file = %w.path.display(), value = %w.value, "updated");
+                }
+            }
+        } else {
+            if cause == Cause::Reconcile {
+                tracing::info!(cgroup = %name, "recreating a cgroup that disappeared");
+                self.metrics.drift_corrections.inc();
+            }
+            let report = self.cgroups.create(name, config)?;
+            tracing::debug!(cgroup = %name, written = report.written.len(), "cgroup created");
+        }
+        Ok(())
+    }
+
+    pub(super) fn ensure_tiers(&mut self, cause: Cause) -> Result<(), CgroupError> {
+        let kubepods = self.options.kubepods.clone();
+        self.apply(&self.tiers.kubepods.clone(), &kubepods, cause)?;
+        self.refresh_tiers_checked(cause)
+    }
+
+    pub(super) fn refresh_tiers(&mut self) {
+        if let Err(e) = self.refresh_tiers_checked(Cause::Change) {
+            tracing::warn!(error = %e, "updating the QoS tiers");
+            self.count_error(&e);
+        }
+    }
+
+    pub(super) fn refresh_tiers_checked(&mut self, cause: Cause) -> Result<(), CgroupError> {
+        let settings = tier_settings(
+            self.pods
+                .values()
+                .filter(|p| p.phase != Phase::Terminating)
+                .map(|p| (p.qos, &p.pod.spec)),
+            self.options.policy.memory_qos,
+        );
+        self.apply(&self.tiers.burstable.clone(), &settings.burstable, cause)?;
+        let besteffort = match &self.feedback {
+            Some(f) => f.tier_config(settings.besteffort),
+            None => settings.besteffort,
+        };
+        self.apply(&self.tiers.besteffort.clone(), &besteffort, cause)?;
+        if let Some(min) = settings.kubepods_memory_min {
+            let config = ResourceConfig {
+                memory_min: Some(min),
+                ..ResourceConfig::default()
+            };
+            self.apply(&self.tiers.kubepods.clone(), &config, cause)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn count_error(&self, error: &CgroupError) {
+        let file = match error {
+            CgroupError::Write { path, .. } | CgroupError::Read { path, .. } => path
+                .file_name()
+                .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
+            CgroupError::Mkdir { .. } => "mkdir".to_owned(),
+            CgroupError::Remove { .. } => "rmdir".to_owned(),
+            _ => "other".to_owned(),
+        };
+        self.metrics
+            .cgroup_write_errors
+            .with_label_values(&[&file])
+            .inc();
+    }
+
+    /// The kernel id of a cgroup (what the probes record).
+    pub(super) fn cgroup_id(&self, name: &CgroupName) -> Option<u64> {
+        self.cgroups.id(name).ok().flatten()
+    }
+
+    /// Writes the reservations onto their existing cgroups (kubelet's
+    /// `enforceNodeAllocatableCgroups`); a cgroup that is missing or refuses a write is logged
+    /// and counted, and the manager runs on.
+    pub(super) fn enforce_reserved(&self, cause: Cause) {
+        for (name, config) in &self.options.reserved {
+            let result = match self.cgroups.exists(name) {
+                Ok(true) => self.apply(name, config, cause),
+                Ok(false) => Err(CgroupError::Missing {
+                    name: name.to_string(),
+                    path: self
+                        .cgroups
+                        .paths(name)
+                        .ok()
+                        .and_then(|p| p.into_values().next())
+                        .unwrap_or_else(|| PathBuf::from(name.to_cgroupfs())),
+                }),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::error!(cgroup = %name, error = %e, "cannot enforce the reservation on this cgroup");
+                self.metrics
+                    .cgroup_write_errors
+                    .with_label_values(&["reserved-cgroup"])
+                    .inc();
+            }
+        }
+    }
+}

@@ -1,0 +1,440 @@
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::cgroup::{CgroupfsBackend, Hierarchies, NameStyle};
+use crate::cm::allocatable::Reservation;
+use crate::cm::metrics::ResourceMetrics;
+use crate::cm::resource_managers::ResourceManagersConfig;
+use crate::config::kubelet::KubeletConfiguration;
+use crate::feedback::{FeedbackConfig, PreemptionSource};
+use crate::pods::manifest::PodEvent;
+use crate::pods::manifest::{ManifestFormat, parse_manifest};
+use crate::pods::quantity::Quantity;
+
+const GUARANTEED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: g, uid: aaaa}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {limits: {cpu: '1', memory: 128Mi}}\n";
+const BURSTABLE: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: b, uid: bbbb}\nspec:\n  initContainers:\n  - name: init\n    command: [/bin/true]\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {requests: {cpu: 500m}}\n";
+const TOO_BIG: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: big, uid: cccc}\nspec:\n  containers:\n  - name: c\n    command: [/bin/true]\n    resources: {requests: {cpu: '8'}}\n";
+
+fn sourced(yaml: &str) -> SourcedPod {
+    let mut parsed = parse_manifest(yaml, ManifestFormat::Yaml);
+    let pod = parsed.remove(0).expect("valid manifest").pod;
+    SourcedPod {
+        pod,
+        file: PathBuf::from("fixture.yaml"),
+        document: 1,
+    }
+}
+
+/// Resource managers with kubelet's default policies (none, None, none).
+fn default_resources() -> ResourceManagers {
+    resources(&KubeletConfiguration::default(), None)
+}
+
+/// Resource managers for `config` on the test guests' shape (two NUMA nodes of two CPUs).
+fn resources(config: &KubeletConfiguration, state_dir: Option<&Path>) -> ResourceManagers {
+    let reservation = Reservation {
+        milli_cpu: config.system_reserved.milli_cpu() + config.kube_reserved.milli_cpu(),
+        memory_bytes: config.system_reserved.memory_bytes(),
+        pids: 0,
+    };
+    let machine = crate::topology::synthetic::vm_two_numa_four_cpus().expect("topology");
+    let metrics = ResourceMetrics::register(&prometheus::Registry::new()).expect("metrics");
+    ResourceManagers::new(
+        &ResourceManagersConfig::from_kubelet(
+            config,
+            &reservation,
+            state_dir.map(Path::to_path_buf),
+        )
+        .expect("config"),
+        &machine,
+        metrics,
+    )
+    .expect("resource managers")
+}
+
+/// A v2-shaped fixture tree (plain directories; the manager creates the files it writes).
+fn manager(dir: &Path) -> (ContainerManager, CmMetrics, WorkloadIndex) {
+    manager_with(dir, default_resources())
+}
+
+fn manager_with(
+    dir: &Path,
+    resources: ResourceManagers,
+) -> (ContainerManager, CmMetrics, WorkloadIndex) {
+    let root = CgroupName::new(["qosd"]).expect("name");
+    let cgroups = CgroupfsBackend::new(
+        Hierarchies::V2(dir.to_owned()),
+        root.clone(),
+        NameStyle::Cgroupfs,
+    );
+    let metrics = CmMetrics::register(&prometheus::Registry::new()).expect("metrics");
+    let index = WorkloadIndex::new();
+    let options = ManagerOptions {
+        root,
+        policy: PodCgroupPolicy::default(),
+        kubepods: ResourceConfig::default(),
+        allocatable: NodeAllocatable {
+            milli_cpu: 4000,
+            memory_bytes: 4 << 30,
+            hugepages: BTreeMap::new(),
+            pids: None,
+            pods: 110,
+        },
+        log_dir: None,
+        state_dir: Some(dir.join("state")),
+        backoff: Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(100),
+            reset_after: Duration::from_secs(600),
+        },
+        reserved: Vec::new(),
+    };
+    let manager = ContainerManager::start(
+        Box::new(cgroups),
+        options,
+        resources,
+        index.clone(),
+        metrics.clone(),
+    )
+    .expect("start");
+    (manager, metrics, index)
+}
+
+fn read(dir: &Path, relative: &str) -> String {
+    std::fs::read_to_string(dir.join(relative))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|e| format!("<{relative}: {e}>"))
+}
+
+fn tick_until(
+    m: &mut ContainerManager,
+    what: &str,
+    mut done: impl FnMut(&ContainerManager) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done(m) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        m.tick();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn pods_get_kubelet_cgroups_tiers_follow_and_everything_is_removed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut m, metrics, index) = manager(dir.path());
+    m.handle(PodEvent::Added(sourced(GUARANTEED)));
+    m.handle(PodEvent::Added(sourced(BURSTABLE)));
+    let d = dir.path();
+    assert_eq!(
+        read(d, "qosd/kubepods/podaaaa/cpu.weight"),
+        "39",
+        "1 CPU = 1024 shares = weight 39"
+    );
+    assert_eq!(read(d, "qosd/kubepods/podaaaa/cpu.max"), "100000 100000");
+    assert_eq!(read(d, "qosd/kubepods/podaaaa/memory.max"), "134217728");
+    assert_eq!(read(d, "qosd/kubepods/podaaaa/c/memory.max"), "134217728");
+    assert_eq!(
+        read(d, "qosd/kubepods/burstable/cpu.weight"),
+        "20",
+        "burstable tier: 500m = 512 shares"
+    );
+    assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.weight"), "1");
+    assert_eq!(metrics.pods.with_label_values(&["guaranteed"]).get(), 1);
+    assert!(index.len() >= 4, "pod and container cgroups are indexed");
+
+    // The burstable pod's init container runs to completion before its app container.
+    tick_until(&mut m, "burstable app container", |m| {
+        matches!(
+            m.container_state("bbbb", "c"),
+            Some((ContainerState::Running { .. }, _))
+        )
+    });
+    assert!(matches!(
+        m.container_state("bbbb", "init"),
+        Some((ContainerState::Terminated { exit_code: 0 }, _))
+    ));
+
+    // Does not fit: rejected with kubelet's reason, nothing created.
+    m.handle(PodEvent::Added(sourced(TOO_BIG)));
+    assert_eq!(
+        metrics
+            .admission_rejections
+            .with_label_values(&["OutOfcpu"])
+            .get(),
+        1
+    );
+    assert!(!d.join("qosd/kubepods/burstable/podcccc").exists());
+
+    // Drift: a hand edit is put back by reconcile, and counted.
+    std::fs::write(d.join("qosd/kubepods/podaaaa/cpu.max"), "5000 100000").expect("edit");
+    m.reconcile();
+    assert_eq!(read(d, "qosd/kubepods/podaaaa/cpu.max"), "100000 100000");
+    assert!(metrics.drift_corrections.get() >= 1);
+
+    // Removal stops the containers, then removes the pod cgroup; the tier shrinks back.
+    m.handle(PodEvent::Removed {
+        uid: "bbbb".into(),
+        namespace: "default".into(),
+        name: "b".into(),
+    });
+    tick_until(&mut m, "burstable pod removed", |_| {
+        !d.join("qosd/kubepods/burstable/podbbbb").exists()
+    });
+    assert_eq!(read(d, "qosd/kubepods/burstable/cpu.weight"), "1");
+    assert!(
+        m.render_tree()
+            .contains("pod default/g [guaranteed] Running"),
+        "{}",
+        m.render_tree()
+    );
+
+    // An updated manifest restarts the pod with its new values (same uid, same cgroup).
+    let first_pid = match m.container_state("aaaa", "c") {
+        Some((ContainerState::Running { pid }, _)) => *pid,
+        other => panic!("guaranteed container not running: {other:?}"),
+    };
+    m.handle(PodEvent::Updated(sourced(
+        &GUARANTEED.replace("cpu: '1'", "cpu: '2'"),
+    )));
+    tick_until(
+        &mut m,
+        "updated pod running again",
+        |m| matches!(m.container_state("aaaa", "c"), Some((ContainerState::Running { pid }, _)) if *pid != first_pid),
+    );
+    assert_eq!(read(d, "qosd/kubepods/podaaaa/cpu.max"), "200000 100000");
+
+    m.shutdown(Duration::from_secs(5));
+    assert!(
+        !d.join("qosd").exists(),
+        "the root the manager created is gone"
+    );
+}
+
+/// The static CPU policy with CPU 0 reserved, the Static memory policy with 128 MiB
+/// reserved on node 0, `single-numa-node`.
+fn pinning_config() -> KubeletConfiguration {
+    let mut config = KubeletConfiguration {
+        cpu_manager_policy: "static".to_owned(),
+        memory_manager_policy: "Static".to_owned(),
+        topology_manager_policy: "single-numa-node".to_owned(),
+        ..KubeletConfiguration::default()
+    };
+    config.system_reserved.cpu = Some(Quantity::parse("1").expect("quantity"));
+    config.system_reserved.memory = Some(Quantity::parse("128Mi").expect("quantity"));
+    config.reserved_memory = vec![crate::config::kubelet::MemoryReservation {
+        numa_node: 0,
+        limits: BTreeMap::from([(
+            "memory".to_owned(),
+            Quantity::parse("128Mi").expect("quantity"),
+        )]),
+    }];
+    config
+}
+
+const PINNED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: pinned, uid: pppp}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {limits: {cpu: '2', memory: 256Mi}}\n";
+const SHARED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: shared, uid: ssss}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {requests: {cpu: 100m}}\n";
+const SECOND: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: second, uid: tttt}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {limits: {cpu: '2', memory: 64Mi}}\n";
+
+#[test]
+fn exclusive_cpus_and_memory_nodes_are_written_and_the_shared_pool_follows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = tempfile::tempdir().expect("state dir");
+    let (mut m, metrics, _) =
+        manager_with(dir.path(), resources(&pinning_config(), Some(state.path())));
+    m.resume(vec![PodEvent::Added(sourced(SHARED))]);
+    let d = dir.path();
+    assert_eq!(
+        read(d, "qosd/kubepods/burstable/podssss/c/cpuset.cpus"),
+        "0-3"
+    );
+
+    m.handle(PodEvent::Added(sourced(PINNED)));
+    assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.cpus"), "2-3");
+    assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.mems"), "1");
+    assert_eq!(
+        read(d, "qosd/kubepods/burstable/podssss/c/cpuset.cpus"),
+        "0-1",
+        "the shared container left the exclusive CPUs"
+    );
+    let checkpoint = std::fs::read_to_string(state.path().join("cpu_manager_state"))
+        .expect("checkpoint written");
+    assert!(
+        checkpoint.contains("\"pppp\":{\"c\":\"2-3\"}"),
+        "{checkpoint}"
+    );
+
+    // No node has two free CPUs left: kubelet's reason, nothing created, nothing moved.
+    m.handle(PodEvent::Added(sourced(SECOND)));
+    assert_eq!(
+        metrics
+            .admission_rejections
+            .with_label_values(&["TopologyAffinityError"])
+            .get(),
+        1
+    );
+    assert!(!d.join("qosd/kubepods/podtttt").exists());
+    assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.cpus"), "2-3");
+
+    // Deletion releases: the shared container gets every CPU back.
+    m.handle(PodEvent::Removed {
+        uid: "pppp".into(),
+        namespace: "default".into(),
+        name: "pinned".into(),
+    });
+    tick_until(&mut m, "pinned pod removed", |_| {
+        !d.join("qosd/kubepods/podpppp").exists()
+    });
+    assert_eq!(
+        read(d, "qosd/kubepods/burstable/podssss/c/cpuset.cpus"),
+        "0-3"
+    );
+    m.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn a_restart_with_a_corrupt_checkpoint_keeps_placement_and_adopts_the_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = tempfile::tempdir().expect("state dir");
+    let d = dir.path();
+    let (mut first, _, _) = manager_with(d, resources(&pinning_config(), Some(state.path())));
+    first.resume(vec![PodEvent::Added(sourced(PINNED))]);
+    let pid = match first.container_state("pppp", "c") {
+        Some((ContainerState::Running { pid }, _)) => *pid,
+        other => panic!("not running: {other:?}"),
+    };
+    assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.cpus"), "2-3");
+    // qosd dies without cleaning up (the container keeps running); in this fixture tree
+    // the kernel's cgroup.procs is played by hand. A stray pod cgroup is left too.
+    std::mem::forget(first);
+    std::fs::write(
+        d.join("qosd/kubepods/podpppp/c/cgroup.procs"),
+        format!("{pid}\n"),
+    )
+    .expect("procs");
+    std::fs::create_dir_all(d.join("qosd/kubepods/besteffort/podgone/c")).expect("mkdir");
+    std::fs::write(state.path().join("cpu_manager_state"), "{garbage").expect("corrupt");
+
+    let (mut second, _, _) = manager_with(d, resources(&pinning_config(), Some(state.path())));
+    second.resume(vec![PodEvent::Added(sourced(PINNED))]);
+    assert_eq!(
+        second.container_state("pppp", "c").map(|(s, _)| s.clone()),
+        Some(ContainerState::Running { pid }),
+        "the running process was adopted, not started again"
+    );
+    assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.cpus"), "2-3");
+    assert_eq!(read(d, "qosd/kubepods/podpppp/c/cpuset.mems"), "1");
+    assert!(
+        !d.join("qosd/kubepods/besteffort/podgone").exists(),
+        "the orphaned pod cgroup is removed"
+    );
+    let checkpoint = std::fs::read_to_string(state.path().join("cpu_manager_state"))
+        .expect("checkpoint rewritten");
+    assert!(
+        checkpoint.contains("\"pppp\":{\"c\":\"2-3\"}"),
+        "{checkpoint}"
+    );
+    second.shutdown(Duration::from_secs(5));
+    assert!(
+        !d.join("qosd").exists(),
+        "the root the first run created is removed by the second"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists() || {
+            // Our own child (spawned by `first`) lingers as a zombie until reaped.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+        }
+    );
+}
+
+/// Cumulative preemptions the test sets, by (victim, preemptor) cgroup id.
+#[derive(Clone, Default)]
+struct FakePreemptions(
+    std::sync::Arc<std::sync::Mutex<HashMap<(u64, u64), crate::feedback::Preemptions>>>,
+);
+
+impl PreemptionSource for FakePreemptions {
+    fn preemptions(
+        &mut self,
+    ) -> Result<HashMap<(u64, u64), crate::feedback::Preemptions>, crate::metrics::SampleError>
+    {
+        Ok(self.0.lock().expect("lock").clone())
+    }
+}
+
+const LIMITED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, uid: wwww}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {requests: {cpu: 100m}, limits: {cpu: 200m}}\n";
+const NOISY: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: noisy, uid: nnnn}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n";
+
+/// The manager writes what the feedback decides, over kubelet's values: a throttled
+/// Burstable container (its cpu.stat as the kernel would report it) gets a CFS burst of
+/// its quota, the BestEffort tier becomes idle once its tasks preempt the Burstable ones,
+/// reconcile keeps both, and `inspect` lists the decisions.
+#[test]
+fn feedback_decisions_are_written_over_kubelets_values_and_kept_by_reconcile() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (mut m, _, _) = manager(d);
+    m.handle(PodEvent::Added(sourced(LIMITED)));
+    m.handle(PodEvent::Added(sourced(NOISY)));
+    let web = "qosd/kubepods/burstable/podwwww/c";
+    let noisy = "qosd/kubepods/besteffort/podnnnn/c";
+    assert_eq!(read(d, &format!("{web}/cpu.max")), "20000 100000");
+    // A kernel with CFS burst and cpu.idle: the files exist in kubepods.
+    for file in ["cpu.max.burst", "cpu.idle"] {
+        std::fs::write(d.join("qosd/kubepods").join(file), "0").expect("write");
+    }
+    let preemptions = FakePreemptions::default();
+    let mut config = FeedbackConfig::with_defaults(
+        crate::feedback::Mode::On,
+        Duration::from_millis(1),
+        Duration::from_secs(600),
+    );
+    config.besteffort.enter_wait = 0.001;
+    m.enable_feedback(config, None, Some(Box::new(preemptions.clone())), None);
+
+    let id = |relative: &str| std::fs::metadata(d.join(relative)).expect("cgroup").ino();
+    let pair = (id(web), id(noisy));
+    let mut last = Instant::now();
+    for window in 0..4u64 {
+        // 50 periods per window, 20 of them throttled; the besteffort container's tasks
+        // preempt the burstable one's, which then wait 20 ms per window.
+        std::fs::write(
+            d.join(web).join("cpu.stat"),
+            format!(
+                "usage_usec 0\nnr_periods {}\nnr_throttled {}\nthrottled_usec 0\nnr_bursts 0\nburst_usec 0\n",
+                50 * window,
+                20 * window
+            ),
+        )
+        .expect("cpu.stat");
+        preemptions.0.lock().expect("lock").insert(
+            pair,
+            crate::feedback::Preemptions {
+                count: 10 * window,
+                wait_ns: 20_000_000 * window,
+            },
+        );
+        while last.elapsed() < Duration::from_millis(2) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        last = Instant::now();
+        m.feedback_tick();
+    }
+    assert_eq!(read(d, &format!("{web}/cpu.max.burst")), "20000");
+    assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.idle"), "1");
+    // Reconcile corrects a hand edit back to the feedback's value, not kubelet's.
+    std::fs::write(d.join(web).join("cpu.max.burst"), "0").expect("write");
+    m.reconcile();
+    assert_eq!(read(d, &format!("{web}/cpu.max.burst")), "20000");
+    let tree = m.render_tree();
+    assert!(tree.contains("feedback decisions (2):"), "{tree}");
+    assert!(tree.contains("cpu_burst apply default/web/c"), "{tree}");
+    assert!(
+        tree.contains("besteffort_cpu apply besteffort tier: cpu.idle 1"),
+        "{tree}"
+    );
+    m.shutdown(Duration::from_secs(5));
+}
