@@ -138,7 +138,12 @@ fn numa_lines(out: &mut String, layout: Option<&CgroupLayout>, v1_cpu: bool) {
         Some(false) => "kernel.numa_balancing off: no hinting faults are taken".to_owned(),
         None => format!("{} missing", numa_probe::NUMA_BALANCING_SYSCTL),
     };
-    match NumaProbe::attach(v1_cpu, false) {
+    let read = NodeLayout::read_system();
+    let attached = match &read {
+        Ok(nodes) => NumaProbe::attach(v1_cpu, false, nodes).map_err(|e| e.to_string()),
+        Err(e) => Err(format!("NUMA layout: {e}")),
+    };
+    match attached {
         Ok(probe) => {
             let nodes = probe.layout();
             let _ = writeln!(
@@ -174,7 +179,7 @@ fn numa_lines(out: &mut String, layout: Option<&CgroupLayout>, v1_cpu: bool) {
             }
         }
         Err(e) => {
-            let mode = ProbeMode::Unavailable(e.to_string());
+            let mode = ProbeMode::Unavailable(e);
             for probe in [
                 numa_probe::HINT_FAULT_PROBE,
                 numa_probe::PAGE_ALLOC_PROBE,
@@ -184,7 +189,7 @@ fn numa_lines(out: &mut String, layout: Option<&CgroupLayout>, v1_cpu: bool) {
             }
         }
     }
-    let memory = match NodeLayout::read_system() {
+    let memory = match read {
         Ok(nodes) => match layout.and_then(|l| NumaMemoryReader::for_layout(l, nodes)) {
             Some(_) => "memory.numa_stat against the nodes of cpuset.cpus.effective".to_owned(),
             None => "unavailable (no memory controller mounted)".to_owned(),

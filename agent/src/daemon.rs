@@ -1,6 +1,7 @@
 //! `qosd run`: wires the probes, the metrics registry and the HTTP endpoint together, and shuts
 //! them down cleanly on SIGTERM or SIGINT (programs detached, endpoint closed, exit 0).
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,116 +75,29 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         .ok_or(DaemonError::NoCpuHierarchy)?
         .to_owned();
     tracing::info!(layout = %layout.kind, cpu_hierarchy = %hierarchy.display(), "cgroups detected");
+    // The kernel's NUMA layout, read once: the NUMA probes, the memory reader and the feedback
+    // share it.
+    let nodes = NodeLayout::read_system()
+        .inspect_err(|e| tracing::warn!(error = %e, "NUMA layout unreadable"))
+        .ok();
 
     let metrics = Metrics::new()?;
     let workloads = WorkloadIndex::new();
     let inspect = InspectText::default();
-    let v1_cpu = layout.uses_v1_cpu_controller();
-    let preference = options.cpu_time_mode;
-    // CPU time, run-queue latency, preemption pairs and throttle episodes: one sched_switch
-    // handler. A probe the kernel refuses is reported unavailable; the agent runs on.
-    let switch_probes = [
-        cpu_time::PROBE_NAME,
-        runqlat::PROBE_NAME,
-        throttle::PROBE_NAME,
-    ];
-    // The run-queue probe's preemption attribution also feeds the feedback (through a handle
-    // that does not keep the programs attached at shutdown).
-    let preemptions: Option<WeakSwitchProbe> = match tokio::task::spawn_blocking(move || {
-        SwitchProbe::attach(v1_cpu, preference)
-    })
-    .await
-    {
-        Ok(Ok(probe)) => {
-            metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
-            let runq_mode = probe.runq_mode();
-            metrics.set_probe_mode(runqlat::PROBE_NAME, &runq_mode);
-            metrics.set_probe_mode(throttle::PROBE_NAME, probe.throttle_mode());
-            let probe = probe.shared();
-            let collector = CgroupCpuCollector::new(
-                Box::new(probe.clone()),
-                hierarchy.clone(),
-                workloads.clone(),
-            )
-            .map_err(|source| MetricsError::Register {
-                name: "qosd_cgroup_cpu_seconds_total",
-                source,
-            })?;
-            metrics.register("qosd_cgroup_cpu_seconds_total", Box::new(collector))?;
-            if let ProbeMode::Unavailable(why) = &runq_mode {
-                tracing::error!(probe = runqlat::PROBE_NAME, reason = %why, "probe unavailable; running without it");
-                None
-            } else {
-                let weak = probe.downgrade();
-                let collector =
-                    RunqCollector::new(Box::new(probe), hierarchy.clone(), workloads.clone())
-                        .map_err(|source| MetricsError::Register {
-                            name: "qosd_runqueue_latency_seconds",
-                            source,
-                        })?;
-                metrics.register("qosd_runqueue_latency_seconds", Box::new(collector))?;
-                Some(weak)
-            }
-        }
-        Ok(Err(e)) => {
-            tracing::error!(probes = ?switch_probes, error = %e, "sched_switch handler unavailable; running without it");
-            let mode = ProbeMode::Unavailable(e.to_string());
-            for name in switch_probes {
-                metrics.set_probe_mode(name, &mode);
-            }
-            None
-        }
-        Err(e) => {
-            tracing::error!(probes = ?switch_probes, error = %e, "probe loader panicked; running without it");
-            let mode = ProbeMode::Unavailable(e.to_string());
-            for name in switch_probes {
-                metrics.set_probe_mode(name, &mode);
-            }
-            None
-        }
+    let wiring = Wiring {
+        metrics: &metrics,
+        workloads: &workloads,
+        hierarchy: &hierarchy,
+        v1_cpu: layout.uses_v1_cpu_controller(),
     };
-    let prefer_raw = preference == ModePreference::RawTracepoint;
-    // NUMA hinting faults, page allocations, migrations: each probe degrades on its own.
-    match tokio::task::spawn_blocking(move || NumaProbe::attach(v1_cpu, prefer_raw)).await {
-        Ok(Ok(probe)) => {
-            metrics.set_probe_mode(numa_probe::HINT_FAULT_PROBE, probe.hint_fault_mode());
-            metrics.set_probe_mode(numa_probe::PAGE_ALLOC_PROBE, probe.page_alloc_mode());
-            metrics.set_probe_mode(numa_probe::MIGRATION_PROBE, probe.migration_mode());
-            let collector =
-                NumaCollector::new(Box::new(probe), hierarchy.clone(), workloads.clone()).map_err(
-                    |source| MetricsError::Register {
-                        name: "qosd_numa_page_allocations_total",
-                        source,
-                    },
-                )?;
-            metrics.register("qosd_numa_page_allocations_total", Box::new(collector))?;
-        }
-        Ok(Err(e)) => numa_unavailable(&metrics, &e.to_string()),
-        Err(e) => numa_unavailable(&metrics, &format!("probe loader panicked: {e}")),
-    }
-    // Resident memory per node: cgroupfs, read at scrape time.
-    match NodeLayout::read_system() {
-        Ok(nodes) => match NumaMemoryReader::for_layout(&layout, nodes) {
-            Some(reader) => {
-                let collector =
-                    NumaMemoryCollector::new(reader, workloads.clone()).map_err(|source| {
-                        MetricsError::Register {
-                            name: "qosd_numa_memory_bytes",
-                            source,
-                        }
-                    })?;
-                metrics.register("qosd_numa_memory_bytes", Box::new(collector))?;
-            }
-            None => tracing::warn!("no memory controller mounted: no qosd_numa_memory_bytes"),
-        },
-        Err(e) => tracing::warn!(error = %e, "NUMA layout unreadable: no qosd_numa_memory_bytes"),
-    }
-    let throttling = CpuThrottlingCollector::new(hierarchy.clone(), v1_cpu, workloads.clone())
-        .map_err(|source| MetricsError::Register {
-            name: "qosd_cpu_periods_total",
-            source,
-        })?;
-    metrics.register("qosd_cpu_periods_total", Box::new(throttling))?;
+    let preemptions = wiring.attach_sched_switch(options.cpu_time_mode).await?;
+    wiring
+        .attach_numa(
+            options.cpu_time_mode == ModePreference::RawTracepoint,
+            nodes.clone(),
+        )
+        .await?;
+    wiring.register_cgroupfs_collectors(&layout, nodes.clone())?;
     let standalone = match &options.standalone {
         Some(opts) => {
             let started = Standalone::start(
@@ -193,6 +107,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
                 workloads.clone(),
                 inspect.clone(),
                 preemptions.map(|p| Box::new(p) as Box<dyn PreemptionSource>),
+                nodes,
             )?;
             tracing::info!(manifest_dir = %opts.manifest_dir.display(), "standalone container manager running");
             Some(started)
@@ -237,18 +152,159 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// Marks the three NUMA probes unavailable for one reason.
-fn numa_unavailable(metrics: &Metrics, reason: &str) {
-    tracing::error!(
-        error = reason,
-        "NUMA probes unavailable; running without them"
-    );
-    let mode = ProbeMode::Unavailable(reason.to_owned());
-    for probe in [
-        numa_probe::HINT_FAULT_PROBE,
-        numa_probe::PAGE_ALLOC_PROBE,
-        numa_probe::MIGRATION_PROBE,
-    ] {
-        metrics.set_probe_mode(probe, &mode);
+/// What the probes and collectors are wired to.
+struct Wiring<'a> {
+    metrics: &'a Metrics,
+    workloads: &'a WorkloadIndex,
+    /// Where the cpu hierarchy (the unified one on v2) is mounted: cgroup ids resolve there.
+    hierarchy: &'a Path,
+    /// Attribution through the v1 cpu controller (v1 and hybrid hosts).
+    v1_cpu: bool,
+}
+
+impl Wiring<'_> {
+    /// CPU time, run-queue latency, preemption pairs and throttle episodes: one sched_switch
+    /// handler. A probe the kernel refuses is reported unavailable and the agent runs on.
+    /// Returns the preemption attribution for the feedback (a handle that does not keep the
+    /// programs attached at shutdown) when the run-queue probe runs.
+    async fn attach_sched_switch(
+        &self,
+        preference: ModePreference,
+    ) -> Result<Option<WeakSwitchProbe>, DaemonError> {
+        let v1_cpu = self.v1_cpu;
+        let probe = match tokio::task::spawn_blocking(move || {
+            SwitchProbe::attach(v1_cpu, preference)
+        })
+        .await
+        {
+            Ok(Ok(probe)) => probe,
+            Ok(Err(e)) => return Ok(self.switch_unavailable(&e.to_string())),
+            Err(e) => {
+                return Ok(self.switch_unavailable(&format!("probe loader panicked: {e}")));
+            }
+        };
+        let metrics = self.metrics;
+        metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
+        let runq_mode = probe.runq_mode();
+        metrics.set_probe_mode(runqlat::PROBE_NAME, &runq_mode);
+        metrics.set_probe_mode(throttle::PROBE_NAME, probe.throttle_mode());
+        let probe = probe.shared();
+        metrics.register(
+            "qosd_cgroup_cpu_seconds_total",
+            CgroupCpuCollector::new(
+                Box::new(probe.clone()),
+                self.hierarchy.to_owned(),
+                self.workloads.clone(),
+            ),
+        )?;
+        if let ProbeMode::Unavailable(why) = &runq_mode {
+            tracing::error!(probe = runqlat::PROBE_NAME, reason = %why, "probe unavailable; running without it");
+            return Ok(None);
+        }
+        let weak = probe.downgrade();
+        metrics.register(
+            "qosd_runqueue_latency_seconds",
+            RunqCollector::new(
+                Box::new(probe),
+                self.hierarchy.to_owned(),
+                self.workloads.clone(),
+            ),
+        )?;
+        Ok(Some(weak))
+    }
+
+    /// Marks the sched_switch handler's probes unavailable for one reason.
+    fn switch_unavailable(&self, reason: &str) -> Option<WeakSwitchProbe> {
+        let probes = [
+            cpu_time::PROBE_NAME,
+            runqlat::PROBE_NAME,
+            throttle::PROBE_NAME,
+        ];
+        tracing::error!(
+            ?probes,
+            error = reason,
+            "sched_switch handler unavailable; running without it"
+        );
+        let mode = ProbeMode::Unavailable(reason.to_owned());
+        for name in probes {
+            self.metrics.set_probe_mode(name, &mode);
+        }
+        None
+    }
+
+    /// NUMA hinting faults, page allocations, migrations: each probe degrades on its own.
+    async fn attach_numa(
+        &self,
+        prefer_raw: bool,
+        nodes: Option<NodeLayout>,
+    ) -> Result<(), DaemonError> {
+        let Some(nodes) = nodes else {
+            self.numa_unavailable("the kernel's NUMA layout (sysfs) is unreadable");
+            return Ok(());
+        };
+        let v1_cpu = self.v1_cpu;
+        match tokio::task::spawn_blocking(move || NumaProbe::attach(v1_cpu, prefer_raw, &nodes))
+            .await
+        {
+            Ok(Ok(probe)) => {
+                let metrics = self.metrics;
+                metrics.set_probe_mode(numa_probe::HINT_FAULT_PROBE, probe.hint_fault_mode());
+                metrics.set_probe_mode(numa_probe::PAGE_ALLOC_PROBE, probe.page_alloc_mode());
+                metrics.set_probe_mode(numa_probe::MIGRATION_PROBE, probe.migration_mode());
+                metrics.register(
+                    "qosd_numa_page_allocations_total",
+                    NumaCollector::new(
+                        Box::new(probe),
+                        self.hierarchy.to_owned(),
+                        self.workloads.clone(),
+                    ),
+                )?;
+            }
+            Ok(Err(e)) => self.numa_unavailable(&e.to_string()),
+            Err(e) => self.numa_unavailable(&format!("probe loader panicked: {e}")),
+        }
+        Ok(())
+    }
+
+    /// Marks the three NUMA probes unavailable for one reason.
+    fn numa_unavailable(&self, reason: &str) {
+        tracing::error!(
+            error = reason,
+            "NUMA probes unavailable; running without them"
+        );
+        let mode = ProbeMode::Unavailable(reason.to_owned());
+        for probe in [
+            numa_probe::HINT_FAULT_PROBE,
+            numa_probe::PAGE_ALLOC_PROBE,
+            numa_probe::MIGRATION_PROBE,
+        ] {
+            self.metrics.set_probe_mode(probe, &mode);
+        }
+    }
+
+    /// Resident memory per node and CFS throttling: cgroupfs, read at scrape time.
+    fn register_cgroupfs_collectors(
+        &self,
+        layout: &CgroupLayout,
+        nodes: Option<NodeLayout>,
+    ) -> Result<(), DaemonError> {
+        match nodes.and_then(|nodes| NumaMemoryReader::for_layout(layout, nodes)) {
+            Some(reader) => self.metrics.register(
+                "qosd_numa_memory_bytes",
+                NumaMemoryCollector::new(reader, self.workloads.clone()),
+            )?,
+            None => tracing::warn!(
+                "no memory controller mounted or no NUMA layout: no qosd_numa_memory_bytes"
+            ),
+        }
+        self.metrics.register(
+            "qosd_cpu_periods_total",
+            CpuThrottlingCollector::new(
+                self.hierarchy.to_owned(),
+                self.v1_cpu,
+                self.workloads.clone(),
+            ),
+        )?;
+        Ok(())
     }
 }

@@ -104,6 +104,7 @@ impl Standalone {
         index: WorkloadIndex,
         inspect: InspectText,
         preemptions: Option<Box<dyn PreemptionSource>>,
+        nodes: Option<NodeLayout>,
     ) -> Result<Self, StandaloneError> {
         let config = match &options.kubelet_config {
             Some(path) => {
@@ -194,6 +195,9 @@ impl Standalone {
             pod_pids_limit: config.pod_pids_limit,
         };
         let machine = crate::topology::machine::load_host()?;
+        if let Some(nodes) = &nodes {
+            check_numa_agreement(&machine, nodes);
+        }
         let resources = ResourceManagers::new(
             &ResourceManagersConfig::from_kubelet(
                 &config,
@@ -222,11 +226,9 @@ impl Standalone {
             metrics.clone(),
         )?;
         if options.feedback.mode != FeedbackMode::Off {
-            let nodes = NodeLayout::read_system()
-                .inspect_err(
-                    |e| tracing::warn!(error = %e, "NUMA layout unreadable: no NUMA realignment"),
-                )
-                .ok();
+            if nodes.is_none() {
+                tracing::warn!("NUMA layout unreadable: no NUMA realignment");
+            }
             manager.enable_feedback(
                 options.feedback,
                 nodes,
@@ -265,6 +267,25 @@ fn to_resource_config(limits: &CgroupLimits) -> ResourceConfig {
             .map(|(size, bytes)| (*size, Limit::from_signed(*bytes)))
             .collect(),
         ..ResourceConfig::default()
+    }
+}
+
+/// The resource managers place CPUs and memory on hwloc's view of the machine; the probes, the
+/// NUMA metrics and the feedback on the kernel's (sysfs, [`NodeLayout`]). Both come from the
+/// same kernel, so they must agree on every CPU's node; a disagreement is reported per CPU.
+fn check_numa_agreement(machine: &crate::topology::MachineTopology, nodes: &NodeLayout) {
+    for cpu in machine.cpus().values() {
+        let kernel = u32::try_from(cpu.id)
+            .ok()
+            .and_then(|id| nodes.node_of_cpu(id));
+        if kernel.is_some_and(|node| usize::try_from(node).ok() != Some(cpu.numa_node)) {
+            tracing::error!(
+                cpu = cpu.id,
+                hwloc_node = cpu.numa_node,
+                kernel_node = ?kernel,
+                "hwloc and the kernel disagree on this CPU's NUMA node; the resource managers follow hwloc, the probes and the feedback the kernel"
+            );
+        }
     }
 }
 

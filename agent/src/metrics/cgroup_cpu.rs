@@ -261,7 +261,7 @@ mod tests {
             CgroupCpuCollector::new(Box::new(source), root.path().to_owned(), workloads)
                 .expect("collector");
         metrics
-            .register("cgroup_cpu", Box::new(collector))
+            .register("cgroup_cpu", Ok(collector))
             .expect("register");
 
         let first = metrics.render();

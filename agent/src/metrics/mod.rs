@@ -102,14 +102,14 @@ impl Metrics {
             .set(1);
     }
 
-    /// Registers a custom collector.
-    pub fn register(
+    /// Registers a custom collector as it comes from its constructor (which fails when its
+    /// descriptors are invalid); `name` is its main family, for the error.
+    pub fn register<C: prometheus::core::Collector + 'static>(
         &self,
         name: &'static str,
-        collector: Box<dyn prometheus::core::Collector>,
+        made: Result<C, prometheus::Error>,
     ) -> Result<(), MetricsError> {
-        self.registry
-            .register(collector)
+        made.and_then(|collector| self.registry.register(Box::new(collector)))
             .map_err(|source| MetricsError::Register { name, source })
     }
 

@@ -351,9 +351,7 @@ mod tests {
         let metrics = Metrics::new().expect("registry");
         let collector = NumaCollector::new(Box::new(fake), root.path().to_owned(), workloads)
             .expect("collector");
-        metrics
-            .register("numa", Box::new(collector))
-            .expect("register");
+        metrics.register("numa", Ok(collector)).expect("register");
         let text = metrics.render();
         // Label names are sorted in the exposition.
         let a_labels = |extra: &str| {
@@ -432,10 +430,7 @@ mod tests {
         workloads.insert(std::fs::metadata(r.join("job")).expect("stat").ino(), pod());
         let metrics = Metrics::new().expect("registry");
         metrics
-            .register(
-                "numa_memory",
-                Box::new(NumaMemoryCollector::new(reader, workloads).expect("collector")),
-            )
+            .register("numa_memory", NumaMemoryCollector::new(reader, workloads))
             .expect("register");
         let text = metrics.render();
         let common = "container=\"c\",locality=\"{}\",namespace=\"ns\",node=\"{}\",pod=\"p\",qos_class=\"guaranteed\"";

@@ -405,9 +405,7 @@ mod tests {
         let collector =
             RunqCollector::new(Box::new(Fake(sample)), root.path().to_owned(), workloads)
                 .expect("collector");
-        metrics
-            .register("runq", Box::new(collector))
-            .expect("register");
+        metrics.register("runq", Ok(collector)).expect("register");
         let text = metrics.render();
         for want in [
             "qosd_runqueue_latency_seconds_bucket{cgroup=\"/a\",le=\"0.000001024\"} 1",

@@ -131,15 +131,19 @@ pub struct NumaProbe {
 
 impl NumaProbe {
     /// Loads the object for the running kernel and machine and attaches each NUMA program in
-    /// the first mode the kernel accepts. `v1_cpu` selects attribution through the v1 cpu
+    /// the first mode the kernel accepts, on the machine's NUMA `layout` (read once by the
+    /// daemon, shared with the memory reader and the feedback). `v1_cpu` selects attribution through the v1 cpu
     /// controller; `prefer_raw_tracepoint` skips tp_btf for the migration probe.
-    pub fn attach(v1_cpu: bool, prefer_raw_tracepoint: bool) -> Result<Self, NumaProbeError> {
+    pub fn attach(
+        v1_cpu: bool,
+        prefer_raw_tracepoint: bool,
+        layout: &NodeLayout,
+    ) -> Result<Self, NumaProbeError> {
         if EBPF_OBJECT.is_empty() {
             return Err(NumaProbeError::EmptyObject);
         }
         let btf = KernelBtf::from_running_kernel()?;
         let offsets = btf.kernel_offsets(v1_cpu)?;
-        let layout = NodeLayout::read_system()?;
         let task_cpu = btf.task_cpu_offset().map_err(|e| e.to_string());
         let alloc_format = page_alloc_format();
 
@@ -232,7 +236,7 @@ impl NumaProbe {
             page_alloc,
             migration,
             migration_refused,
-            layout,
+            layout: layout.clone(),
             alloc_format: alloc_format.ok(),
         })
     }

@@ -34,6 +34,7 @@ impl ContainerManager {
             preemptions = preemptions.is_some(),
             "feedback enabled"
         );
+        self.numa_nodes = layout.as_ref().map(NodeLayout::nodes).unwrap_or_default();
         let policies = Feedback::new(config, caps, layout, metrics);
         self.feedback = Some(FeedbackLoop::new(policies, preemptions, self.index.clone()));
     }
@@ -82,9 +83,7 @@ impl ContainerManager {
                 return;
             }
         };
-        let nodes = NodeLayout::read_system()
-            .map(|l| l.nodes())
-            .unwrap_or_default();
+        let nodes = self.numa_nodes.clone();
         let cgroup_name = cgroup.to_string();
         let moved = std::thread::Builder::new()
             .name("numa-migrate".into())

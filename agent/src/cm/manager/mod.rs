@@ -134,6 +134,8 @@ pub struct ContainerManager {
     adoptable: BTreeSet<ContainerKey>,
     /// The feedback policies and the values they lay over kubelet's, when enabled.
     feedback: Option<FeedbackLoop>,
+    /// The machine's NUMA nodes (from the layout the feedback was given), for memory moves.
+    numa_nodes: BTreeSet<u32>,
 }
 
 impl ContainerManager {
@@ -177,6 +179,7 @@ impl ContainerManager {
             resources,
             adoptable: BTreeSet::new(),
             feedback: None,
+            numa_nodes: BTreeSet::new(),
         };
         manager.ensure_tiers(Cause::Change)?;
         manager.enforce_reserved(Cause::Change);
