@@ -1,8 +1,8 @@
 //! Standalone mode: builds the container manager (with its topology, CPU and memory managers)
-//! from the KubeletConfiguration and the machine, feeds it pods from the manifest directory,
-//! and drives it on its own thread: the first complete manifest list resumes what an earlier
-//! run left, then container supervision every 100 ms, the manifest directory every second,
-//! reconcile every period. Stopping the thread stops every container and removes every
+//! from the KubeletConfiguration and the machine, feeds it pods from a
+//! [`PodSource`](crate::pods::source::PodSource) (the manifest directory), and drives it on its
+//! own thread: the source's first complete list resumes what an earlier run left, then
+//! container supervision every 100 ms, the pod source every second, reconcile every period. Stopping the thread stops every container and removes every
 //! cgroup it created.
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -28,11 +28,12 @@ use crate::feedback::{FeedbackConfig, FeedbackMetrics, Mode as FeedbackMode, Pre
 use crate::metrics::server::InspectText;
 use crate::numa::NodeLayout;
 use crate::pods::manifest::{ManifestError, ManifestWatcher};
+use crate::pods::source::PodSource;
 use crate::runtime::backoff::Backoff;
 use crate::topology::TopologyError;
 
-/// How often the manifest directory is rescanned.
-const MANIFEST_POLL: Duration = Duration::from_secs(1);
+/// How often the pod source is polled (the manifest directory rescanned).
+const SOURCE_POLL: Duration = Duration::from_secs(1);
 /// How often containers are reaped and restarted.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -208,7 +209,7 @@ impl Standalone {
             ResourceMetrics::register(registry)?,
         )?;
         // Everything that can fail on bad input is checked before the first cgroup is made.
-        let watcher = ManifestWatcher::new(&options.manifest_dir)?;
+        let source: Box<dyn PodSource> = Box::new(ManifestWatcher::new(&options.manifest_dir)?);
         let mut manager = ContainerManager::start(
             Box::new(cgroups),
             ManagerOptions {
@@ -240,7 +241,7 @@ impl Standalone {
         let period = options.reconcile_period;
         let thread = std::thread::Builder::new()
             .name("container-manager".into())
-            .spawn(move || run_loop(manager, watcher, &stopped, period, &metrics, &inspect))
+            .spawn(move || run_loop(manager, source, &stopped, period, &metrics, &inspect))
             .map_err(StandaloneError::Thread)?;
         Ok(Self { stop, thread })
     }
@@ -291,13 +292,17 @@ fn check_numa_agreement(machine: &crate::topology::MachineTopology, nodes: &Node
 
 fn run_loop(
     mut manager: ContainerManager,
-    mut watcher: ManifestWatcher,
+    mut source: Box<dyn PodSource>,
     stopped: &mpsc::Receiver<()>,
     period: Duration,
     metrics: &CmMetrics,
     inspect: &InspectText,
 ) {
     let mut last_poll: Option<Instant> = None;
+    let mut resumed = false;
+    // Events before the source's first complete list, handed to resume together.
+    let mut early = Vec::new();
+    tracing::info!(source = %source.describe(), "pod source");
     let mut last_reconcile = Instant::now();
     loop {
         match stopped.recv_timeout(TICK) {
@@ -306,17 +311,21 @@ fn run_loop(
         }
         manager.tick();
         manager.feedback_tick();
-        if last_poll.is_none_or(|t| t.elapsed() >= MANIFEST_POLL) {
-            let events = watcher.poll();
-            for error in watcher.new_errors() {
-                tracing::warn!(error = %error, "manifest not admitted");
+        if last_poll.is_none_or(|t| t.elapsed() >= SOURCE_POLL) {
+            let events = source.poll();
+            for error in source.new_errors() {
+                tracing::warn!(error = %error, "pod not admitted");
                 metrics.manifest_errors.inc();
             }
-            if last_poll.is_none() {
-                manager.resume(events);
-            } else {
+            if resumed {
                 for event in events {
                     manager.handle(event);
+                }
+            } else {
+                early.extend(events);
+                if source.synced() {
+                    manager.resume(std::mem::take(&mut early));
+                    resumed = true;
                 }
             }
             last_poll = Some(Instant::now());

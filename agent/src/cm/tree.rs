@@ -49,7 +49,7 @@ pub(super) fn render(manager: &ContainerManager) -> String {
                 view.pod.full_name(),
                 view.qos,
                 view.phase,
-                view.file.display()
+                view.origin
             );
             let _ = writeln!(out, "{indent}{}", line(manager, &title, view.cgroup));
             for container in view.pod.spec.all_containers() {

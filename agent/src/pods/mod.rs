@@ -3,10 +3,13 @@
 //! - [`model`]: the Pod subset qosd uses, defaults, effective requests;
 //! - [`qos`]: kubelet's QoS classes;
 //! - [`validate`]: name, uid and resource validation;
-//! - [`manifest`]: the manifest-directory pod source (scan and watcher);
+//! - [`source`]: the seam every pod source implements ([`source::PodSource`]): pod events
+//!   with their origin;
+//! - [`manifest`]: the manifest-directory pod source (parse, scan, watch);
 //! - [`quantity`]: Kubernetes resource quantities.
 pub mod manifest;
 pub mod model;
 pub mod qos;
 pub mod quantity;
+pub mod source;
 pub mod validate;

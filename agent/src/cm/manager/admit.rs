@@ -2,8 +2,8 @@
 //! rejections with kubelet's reasons, and the shared CPU pool that follows exclusive assignments.
 use crate::cm::admission::{AdmissionRejection, PodRequests as AdmissionRequests, fits};
 use crate::cm::resource_managers::PlacementRejection;
-use crate::pods::manifest::{PodEvent, SourcedPod};
 use crate::pods::qos::{QosClass, pod_qos};
+use crate::pods::source::{PodEvent, SourcedPod};
 
 use super::ContainerManager;
 use super::{Cause, ManagedPod, Phase, to_admission};
@@ -32,19 +32,12 @@ impl ContainerManager {
     }
 
     pub(super) fn admit(&mut self, sourced: SourcedPod) {
-        let SourcedPod { pod, file, .. } = sourced;
+        let SourcedPod { pod, origin } = sourced;
         let uid = pod.uid();
         let name = pod.full_name();
         if self.pods.contains_key(&uid) {
             // The old version is still terminating: wait for it.
-            self.pending.insert(
-                uid,
-                SourcedPod {
-                    pod,
-                    file,
-                    document: 0,
-                },
-            );
+            self.pending.insert(uid, SourcedPod { pod, origin });
             return;
         }
         let requests = pod.effective_requests();
@@ -72,7 +65,7 @@ impl ContainerManager {
                 return;
             }
         };
-        tracing::info!(pod = %name, qos = %qos, cpu_millis = requests.cpu_millis, memory_bytes = requests.memory_bytes, file = %file.display(), "pod admitted");
+        tracing::info!(pod = %name, qos = %qos, cpu_millis = requests.cpu_millis, memory_bytes = requests.memory_bytes, from = %origin, "pod admitted");
         // A pod that was running before a restart does not run its init containers again.
         let resumed = pod
             .spec
@@ -88,7 +81,7 @@ impl ContainerManager {
             uid.clone(),
             ManagedPod {
                 pod,
-                file,
+                origin,
                 qos,
                 cgroup,
                 phase,

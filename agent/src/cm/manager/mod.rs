@@ -25,9 +25,9 @@ use crate::cgroup::backend::{CgroupError, CgroupReader, CgroupWriter};
 use crate::cgroup::name::{CgroupName, NameError};
 use crate::cgroup::resources::ResourceConfig;
 use crate::feedback::{ContainerRef, DecisionLog};
-use crate::pods::manifest::SourcedPod;
 use crate::pods::model::Pod;
 use crate::pods::qos::QosClass;
+use crate::pods::source::{Origin, SourcedPod};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::supervisor::{ContainerKey, ContainerState, Event, Supervisor};
 
@@ -107,7 +107,7 @@ pub type Writer = Box<dyn CgroupWriter>;
 
 struct ManagedPod {
     pod: Pod,
-    file: PathBuf,
+    origin: Origin,
     qos: QosClass,
     cgroup: CgroupName,
     phase: Phase,
@@ -217,7 +217,7 @@ impl ContainerManager {
             pod: &p.pod,
             qos: p.qos,
             cgroup: &p.cgroup,
-            file: &p.file,
+            origin: &p.origin,
             phase: match p.phase {
                 Phase::Initializing(_) => "Initializing",
                 Phase::Running => "Running",
@@ -244,7 +244,7 @@ pub(super) struct PodView<'a> {
     pub pod: &'a Pod,
     pub qos: QosClass,
     pub cgroup: &'a CgroupName,
-    pub file: &'a std::path::Path,
+    pub origin: &'a Origin,
     pub phase: &'static str,
 }
 

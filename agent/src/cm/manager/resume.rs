@@ -6,9 +6,9 @@ use crate::cgroup::cpuset::CpuSet;
 use crate::cgroup::files::{Controller, Setting};
 use crate::cgroup::name::CgroupName;
 use crate::cm::resource_managers::ObservedContainer;
-use crate::pods::manifest::PodEvent;
 use crate::pods::model::Pod;
 use crate::pods::qos::pod_qos;
+use crate::pods::source::PodEvent;
 use crate::runtime::process;
 
 use super::ContainerManager;

@@ -9,9 +9,9 @@ use crate::cm::metrics::ResourceMetrics;
 use crate::cm::resource_managers::ResourceManagersConfig;
 use crate::config::kubelet::KubeletConfiguration;
 use crate::feedback::{FeedbackConfig, PreemptionSource};
-use crate::pods::manifest::PodEvent;
 use crate::pods::manifest::{ManifestFormat, parse_manifest};
 use crate::pods::quantity::Quantity;
+use crate::pods::source::PodEvent;
 
 const GUARANTEED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: g, uid: aaaa}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {limits: {cpu: '1', memory: 128Mi}}\n";
 const BURSTABLE: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: b, uid: bbbb}\nspec:\n  initContainers:\n  - name: init\n    command: [/bin/true]\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {requests: {cpu: 500m}}\n";
@@ -22,8 +22,10 @@ fn sourced(yaml: &str) -> SourcedPod {
     let pod = parsed.remove(0).expect("valid manifest").pod;
     SourcedPod {
         pod,
-        file: PathBuf::from("fixture.yaml"),
-        document: 1,
+        origin: Origin::Manifest {
+            file: PathBuf::from("fixture.yaml"),
+            document: 1,
+        },
     }
 }
 
