@@ -1,4 +1,5 @@
 //! The `qosd` command line.
+use qosd::config::kubelet::DurationError;
 use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -210,9 +211,9 @@ fn main() -> ExitCode {
 const DEFAULT_MANIFEST_DIR: &str = "/etc/qosd/manifests";
 
 /// Parses Go-style durations (`500ms`, `10s`, `1m30s`) as kubelet does.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     match qosd::config::kubelet::parse_go_duration(text)? {
-        d if d.is_zero() => Err(format!("{text:?}: must be positive")),
+        d if d.is_zero() => Err(DurationError::NotPositive(text.to_owned())),
         d => Ok(d),
     }
 }

@@ -13,11 +13,28 @@ use std::str::FromStr;
 /// malformed range such as `0-4294967295` could otherwise claim.
 pub const MAX_ID: u32 = (1 << 16) - 1;
 
-/// A malformed list.
+/// A malformed list; each names the whole text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CpuListError {
-    #[error("malformed cpu list {text:?}: {reason}")]
-    Malformed { text: String, reason: String },
+    #[error("malformed cpu list {text:?}: {source}")]
+    Element {
+        text: String,
+        #[source]
+        source: IdError,
+    },
+    #[error("malformed cpu list {text:?}: range {element:?} is reversed")]
+    Reversed { text: String, element: String },
+}
+
+/// A list element that is not an id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("empty element")]
+    Empty,
+    #[error("{0:?} is not a decimal id")]
+    NotDecimal(String),
+    #[error("{0} is above the largest accepted id {MAX_ID}")]
+    TooLarge(String),
 }
 
 /// A set of CPU (or NUMA node) ids.
@@ -33,9 +50,9 @@ impl CpuSet {
 
     /// Parses a list such as `0-3,5`.
     pub fn parse(text: &str) -> Result<Self, CpuListError> {
-        let malformed = |reason: String| CpuListError::Malformed {
+        let malformed = |source: IdError| CpuListError::Element {
             text: text.to_owned(),
-            reason,
+            source,
         };
         let trimmed = text.trim();
         let mut ids = BTreeSet::new();
@@ -54,7 +71,10 @@ impl CpuSet {
                 }
             };
             if first > last {
-                return Err(malformed(format!("range {element:?} is reversed")));
+                return Err(CpuListError::Reversed {
+                    text: text.to_owned(),
+                    element: element.to_owned(),
+                });
             }
             ids.extend(first..=last);
         }
@@ -98,16 +118,16 @@ impl CpuSet {
 }
 
 /// One id: decimal digits only, at most [`MAX_ID`].
-fn parse_id(text: &str) -> Result<u32, String> {
+fn parse_id(text: &str) -> Result<u32, IdError> {
     if text.is_empty() {
-        return Err("empty element".to_owned());
+        return Err(IdError::Empty);
     }
     if !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{text:?} is not a decimal id"));
+        return Err(IdError::NotDecimal(text.to_owned()));
     }
     match text.parse::<u32>() {
         Ok(id) if id <= MAX_ID => Ok(id),
-        _ => Err(format!("{text} is above the largest accepted id {MAX_ID}")),
+        _ => Err(IdError::TooLarge(text.to_owned())),
     }
 }
 

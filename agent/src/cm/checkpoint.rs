@@ -43,6 +43,44 @@ pub enum CheckpointError {
     },
 }
 
+/// A checkpoint member without the shape kubelet's types need (Go's decoding error, in
+/// kubelet's words where it has them); it becomes the detail of a checkpoint recovery.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// `what` (a member, with its path) holds `found`, which is not `expected`.
+    #[error("{what}: {found} is not {expected}")]
+    WrongType {
+        what: String,
+        found: String,
+        expected: &'static str,
+    },
+    /// Go's `json: cannot unmarshal ... into Go struct field ...`.
+    #[error("cannot unmarshal {found} into Go struct field {field}")]
+    Unmarshal { found: String, field: &'static str },
+    /// A CPU list that does not parse.
+    #[error("could not parse {what} {text:?}: {reason}")]
+    CpuList {
+        what: &'static str,
+        text: String,
+        reason: String,
+    },
+}
+
+impl ShapeError {
+    /// `what` holds `found`, which is not `expected`.
+    pub(crate) fn wrong(
+        what: impl Into<String>,
+        found: &serde_json::Value,
+        expected: &'static str,
+    ) -> Self {
+        Self::WrongType {
+            what: what.into(),
+            found: found.to_string(),
+            expected,
+        }
+    }
+}
+
 /// A Go value as go-spew sees it: kind, Go type name (`%#v` prints it) and contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GoValue {
@@ -559,12 +597,12 @@ pub(crate) fn json_field<'a>(
 pub(crate) fn json_u64(
     object: &serde_json::Map<String, serde_json::Value>,
     name: &str,
-) -> Result<u64, String> {
+) -> Result<u64, ShapeError> {
     match json_field(object, name) {
         None | Some(serde_json::Value::Null) => Ok(0),
         Some(v) => v
             .as_u64()
-            .ok_or_else(|| format!("field {name:?}: {v} is not an unsigned integer")),
+            .ok_or_else(|| ShapeError::wrong(format!("field {name:?}"), v, "an unsigned integer")),
     }
 }
 
@@ -572,11 +610,11 @@ pub(crate) fn json_u64(
 pub(crate) fn json_string(
     object: &serde_json::Map<String, serde_json::Value>,
     name: &str,
-) -> Result<String, String> {
+) -> Result<String, ShapeError> {
     match json_field(object, name) {
         None | Some(serde_json::Value::Null) => Ok(String::new()),
         Some(serde_json::Value::String(s)) => Ok(s.clone()),
-        Some(v) => Err(format!("field {name:?}: {v} is not a string")),
+        Some(v) => Err(ShapeError::wrong(format!("field {name:?}"), v, "a string")),
     }
 }
 

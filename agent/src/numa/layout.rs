@@ -15,6 +15,11 @@ use qosd_common::{MAX_CPUS, MAX_PFN_RANGES, NumaConfig, PfnRange};
 
 use crate::cgroup::CpuSet;
 
+/// Why a layout has no page-frame ranges: the [`LayoutError`] met reading them, kept as its
+/// text so the layout stays comparable and clonable (the probe reports it as its reason).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RangesProblem(String);
+
 /// Errors while reading the NUMA layout.
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
@@ -99,8 +104,8 @@ impl LayoutPaths {
 pub struct NodeLayout {
     cpu_node: BTreeMap<u32, u32>,
     ranges: Vec<PfnRange>,
-    /// Where the ranges came from, or why there are none.
-    source: Result<RangeSource, String>,
+    /// Where the ranges came from, or (rendered) why there are none.
+    source: Result<RangeSource, RangesProblem>,
 }
 
 impl NodeLayout {
@@ -117,7 +122,7 @@ impl NodeLayout {
         let cpu_node = read_cpu_nodes(paths)?;
         let (ranges, source) = match read_ranges(paths, page_size) {
             Ok((ranges, source)) => (ranges, Ok(source)),
-            Err(e) => (Vec::new(), Err(e.to_string())),
+            Err(e) => (Vec::new(), Err(RangesProblem(e.to_string()))),
         };
         Ok(Self {
             cpu_node,
@@ -181,7 +186,7 @@ impl NodeLayout {
     /// Why no page-frame ranges could be read, if so.
     #[must_use]
     pub fn ranges_problem(&self) -> Option<&str> {
-        self.source.as_ref().err().map(String::as_str)
+        self.source.as_ref().err().map(|p| p.0.as_str())
     }
 
     /// The node of page frame `pfn`, the same lookup the kernel program makes.

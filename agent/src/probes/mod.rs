@@ -102,18 +102,45 @@ pub(crate) fn shrink_unused_maps(loader: &mut aya::EbpfLoader<'_>, user: Loader)
     }
 }
 
-/// Program `name` of a loaded object as its concrete type, or why not (as text, the form in
-/// which refused attach modes are reported).
-pub(crate) fn program_as<'a, P>(ebpf: &'a mut aya::Ebpf, name: &str) -> Result<&'a mut P, String>
+/// Why a program (or what it needs) could not be loaded or attached: the step tried and the
+/// kernel's answer, rendered with aya's whole error chain (the errno sits in the source). Its
+/// text is the reason `qosd check` and `qosd_probe_info` show for a refused mode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AttachError {
+    #[error("program {0} missing from the object")]
+    MissingProgram(String),
+    /// `step` (empty when the context says it) was refused with `reason`.
+    #[error("{}{reason}", if .step.is_empty() { String::new() } else { format!("{}: ", .step) })]
+    Refused { step: String, reason: String },
+}
+
+impl AttachError {
+    /// Maps an aya (or BTF) error of `step` to a refusal.
+    pub(crate) fn at<E: std::error::Error + 'static>(
+        step: impl Into<String>,
+    ) -> impl FnOnce(E) -> Self {
+        let step = step.into();
+        move |e| Self::Refused {
+            step,
+            reason: error_chain(&e),
+        }
+    }
+}
+
+/// Program `name` of a loaded object as its concrete type, or why not.
+pub(crate) fn program_as<'a, P>(
+    ebpf: &'a mut aya::Ebpf,
+    name: &str,
+) -> Result<&'a mut P, AttachError>
 where
     &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {
     let program = ebpf
         .program_mut(name)
-        .ok_or_else(|| format!("program {name} missing from the object"))?;
+        .ok_or_else(|| AttachError::MissingProgram(name.to_owned()))?;
     program
         .try_into()
-        .map_err(|e: aya::programs::ProgramError| error_chain(&e))
+        .map_err(AttachError::at::<aya::programs::ProgramError>(""))
 }
 
 /// Renders an error with its whole source chain on one line (aya's top-level messages, such as

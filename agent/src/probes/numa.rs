@@ -23,7 +23,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use qosd_common::{LocalityCounts, NumaConfig, NumaStats, names};
 
 use super::btf::{BtfError, KernelBtf};
-use super::{EBPF_OBJECT, ProbeMode, error_chain, program_as};
+use super::{AttachError, EBPF_OBJECT, ProbeMode, error_chain, program_as};
 use crate::numa::{LayoutError, NodeLayout};
 
 /// Probe names in `qosd check` and `qosd_probe_info{probe}`.
@@ -57,6 +57,36 @@ pub enum NumaProbeError {
     Map { map: &'static str, detail: String },
 }
 
+/// Why the `kmem:mm_page_alloc` record layout is not known; the page-allocation probe is then
+/// unavailable with this reason.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("field {field} has size {size}, expected {expected}")]
+    Size {
+        field: &'static str,
+        size: u32,
+        expected: u32,
+    },
+    #[error("field {field} without offset or size: {line:?}")]
+    NoOffset { field: &'static str, line: String },
+    #[error("no field {0}")]
+    NoField(&'static str),
+    #[error("no tracefs mounted, and mounting one on {TRACEFS} failed: {0}")]
+    Mount(#[source] std::io::Error),
+    #[error("reading {}: {source}", .file.display())]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", .file.display())]
+    In {
+        file: PathBuf,
+        #[source]
+        source: Box<FormatError>,
+    },
+}
+
 /// Where `pfn` and `order` sit in the `kmem:mm_page_alloc` record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PageAllocFormat {
@@ -66,8 +96,8 @@ pub struct PageAllocFormat {
 
 impl PageAllocFormat {
     /// Parses a tracefs `format` file: `field:unsigned long pfn; offset:8; size:8; ...`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let field = |name: &str, size: u32| -> Result<u32, String> {
+    pub fn parse(text: &str) -> Result<Self, FormatError> {
+        let field = |name: &'static str, size: u32| -> Result<u32, FormatError> {
             for line in text.lines() {
                 let mut parts = line.split(';').map(str::trim);
                 let Some(decl) = parts.next().and_then(|d| d.strip_prefix("field:")) else {
@@ -87,13 +117,18 @@ impl PageAllocFormat {
                 }
                 return match (offset, found_size) {
                     (Some(offset), Some(s)) if s == size => Ok(offset),
-                    (Some(_), Some(s)) => {
-                        Err(format!("field {name} has size {s}, expected {size}"))
-                    }
-                    _ => Err(format!("field {name} without offset or size: {line:?}")),
+                    (Some(_), Some(s)) => Err(FormatError::Size {
+                        field: name,
+                        size: s,
+                        expected: size,
+                    }),
+                    _ => Err(FormatError::NoOffset {
+                        field: name,
+                        line: line.to_owned(),
+                    }),
                 };
             }
-            Err(format!("no field {name}"))
+            Err(FormatError::NoField(name))
         };
         Ok(Self {
             pfn: field("pfn", 8)?,
@@ -124,7 +159,7 @@ pub struct NumaProbe {
     hint_fault: ProbeMode,
     page_alloc: ProbeMode,
     migration: ProbeMode,
-    migration_refused: Vec<(ProbeMode, String)>,
+    migration_refused: Vec<(ProbeMode, AttachError)>,
     layout: NodeLayout,
     alloc_format: Option<PageAllocFormat>,
 }
@@ -164,7 +199,7 @@ impl NumaProbe {
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .map_err(|e| NumaProbeError::Load(error_chain(&e)))?;
-        let kernel_btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", error_chain(&e)));
+        let kernel_btf = Btf::from_sys_fs().map_err(AttachError::at("kernel BTF"));
 
         let hint_fault = match &kernel_btf {
             Ok(btf) => attach_hint_fault(&mut ebpf, btf),
@@ -184,7 +219,7 @@ impl NumaProbe {
                 Ok(()) => ProbeMode::Tracepoint,
                 Err(why) => ProbeMode::Unavailable(format!("tracepoint kmem:mm_page_alloc: {why}")),
             },
-            (Err(why), None) => ProbeMode::Unavailable(why.clone()),
+            (Err(why), None) => ProbeMode::Unavailable(why.to_string()),
         };
         let mut migration_refused = Vec::new();
         let migration = match &task_cpu {
@@ -261,7 +296,7 @@ impl NumaProbe {
 
     /// Migration modes tried before the one in use, with the kernel's reasons.
     #[must_use]
-    pub fn migration_refused(&self) -> &[(ProbeMode, String)] {
+    pub fn migration_refused(&self) -> &[(ProbeMode, AttachError)] {
         &self.migration_refused
     }
 
@@ -366,18 +401,23 @@ pub fn numa_balancing() -> Option<bool> {
 }
 
 /// The record layout of `kmem:mm_page_alloc`, mounting tracefs first when none is mounted.
-fn page_alloc_format() -> Result<PageAllocFormat, String> {
+fn page_alloc_format() -> Result<PageAllocFormat, FormatError> {
     let root = tracefs()?;
     let file = root.join(PAGE_ALLOC_FORMAT);
-    let text =
-        std::fs::read_to_string(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
-    PageAllocFormat::parse(&text).map_err(|e| format!("{}: {e}", file.display()))
+    let text = std::fs::read_to_string(&file).map_err(|source| FormatError::Read {
+        file: file.clone(),
+        source,
+    })?;
+    PageAllocFormat::parse(&text).map_err(|e| FormatError::In {
+        file,
+        source: Box::new(e),
+    })
 }
 
 /// A mounted tracefs; mounts one on [`TRACEFS`] when neither place the loader looks at has
 /// one (hosts that mount neither tracefs nor debugfs at boot). The mount is left in place on
 /// exit: other tools may have started using it meanwhile.
-fn tracefs() -> Result<PathBuf, String> {
+fn tracefs() -> Result<PathBuf, FormatError> {
     if let Some(found) = TRACEFS_MOUNTS
         .iter()
         .map(Path::new)
@@ -398,10 +438,7 @@ fn tracefs() -> Result<PathBuf, String> {
         )
     };
     if rc != 0 {
-        return Err(format!(
-            "no tracefs mounted, and mounting one on {TRACEFS} failed: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(FormatError::Mount(std::io::Error::last_os_error()));
     }
     tracing::info!(
         path = TRACEFS,
@@ -410,44 +447,47 @@ fn tracefs() -> Result<PathBuf, String> {
     Ok(PathBuf::from(TRACEFS))
 }
 
-fn attach_hint_fault(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), String> {
+fn attach_hint_fault(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), AttachError> {
     let program: &mut FEntry = program_as(ebpf, names::NUMA_HINT_FENTRY)?;
-    program.load(HINT_FAULT_FUNCTION, btf).map_err(|e| {
-        // A refusal before verification leaves aya's "Verifier output:" empty.
-        error_chain(&e)
-            .trim_end_matches([' ', ':', '.'])
-            .trim_end_matches("Verifier output")
-            .trim_end_matches(['.', ' '])
-            .to_owned()
-    })?;
-    program.attach().map_err(|e| error_chain(&e))?;
+    program
+        .load(HINT_FAULT_FUNCTION, btf)
+        .map_err(|e| AttachError::Refused {
+            step: String::new(),
+            // A refusal before verification leaves aya's "Verifier output:" empty.
+            reason: error_chain(&e)
+                .trim_end_matches([' ', ':', '.'])
+                .trim_end_matches("Verifier output")
+                .trim_end_matches(['.', ' '])
+                .to_owned(),
+        })?;
+    program.attach().map_err(AttachError::at(""))?;
     Ok(())
 }
 
-fn attach_page_alloc(ebpf: &mut Ebpf) -> Result<(), String> {
+fn attach_page_alloc(ebpf: &mut Ebpf) -> Result<(), AttachError> {
     let program: &mut TracePoint = program_as(ebpf, names::NUMA_PAGE_ALLOC_TP)?;
-    program.load().map_err(|e| error_chain(&e))?;
+    program.load().map_err(AttachError::at(""))?;
     program
         .attach("kmem", "mm_page_alloc")
-        .map_err(|e| error_chain(&e))?;
+        .map_err(AttachError::at(""))?;
     Ok(())
 }
 
-fn attach_migration_tp_btf(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), String> {
+fn attach_migration_tp_btf(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), AttachError> {
     let program: &mut BtfTracePoint = program_as(ebpf, names::NUMA_MIGRATE_TP_BTF)?;
     program
         .load("sched_migrate_task", btf)
-        .map_err(|e| error_chain(&e))?;
-    program.attach().map_err(|e| error_chain(&e))?;
+        .map_err(AttachError::at(""))?;
+    program.attach().map_err(AttachError::at(""))?;
     Ok(())
 }
 
-fn attach_migration_raw_tp(ebpf: &mut Ebpf) -> Result<(), String> {
+fn attach_migration_raw_tp(ebpf: &mut Ebpf) -> Result<(), AttachError> {
     let program: &mut RawTracePoint = program_as(ebpf, names::NUMA_MIGRATE_RAW_TP)?;
-    program.load().map_err(|e| error_chain(&e))?;
+    program.load().map_err(AttachError::at(""))?;
     program
         .attach("sched_migrate_task")
-        .map_err(|e| error_chain(&e))?;
+        .map_err(AttachError::at(""))?;
     Ok(())
 }
 
@@ -478,24 +518,24 @@ mod tests {
     fn page_alloc_record_offsets_from_tracefs_formats() {
         for text in [FORMAT_5_10, FORMAT_6_18] {
             assert_eq!(
-                PageAllocFormat::parse(text),
-                Ok(PageAllocFormat { pfn: 8, order: 16 })
+                PageAllocFormat::parse(text).expect("parses"),
+                PageAllocFormat { pfn: 8, order: 16 }
             );
         }
         let moved = FORMAT_6_18
             .replace("pfn;\toffset:8", "pfn;\toffset:40")
             .replace("order;\toffset:16", "order;\toffset:48");
         assert_eq!(
-            PageAllocFormat::parse(&moved),
-            Ok(PageAllocFormat { pfn: 40, order: 48 })
+            PageAllocFormat::parse(&moved).expect("parses"),
+            PageAllocFormat { pfn: 40, order: 48 }
         );
         let err =
             PageAllocFormat::parse(&FORMAT_6_18.replace("pfn;", "page;")).expect_err("no pfn");
-        assert!(err.contains("no field pfn"), "{err}");
+        assert!(err.to_string().contains("no field pfn"), "{err}");
         let err = PageAllocFormat::parse(
             &FORMAT_6_18.replace("order;\toffset:16;\tsize:4", "order;\toffset:16;\tsize:8"),
         )
         .expect_err("size");
-        assert!(err.contains("size 8"), "{err}");
+        assert!(err.to_string().contains("size 8"), "{err}");
     }
 }

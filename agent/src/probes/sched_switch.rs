@@ -22,7 +22,7 @@ use super::btf::{BtfError, KernelBtf};
 use super::cpu_time::CpuTimeError;
 use super::runqlat::RunqlatError;
 use super::slots::{self, SlotError, SlotTable};
-use super::{EBPF_OBJECT, ProbeMode, error_chain, program_as, runqlat, throttle};
+use super::{AttachError, EBPF_OBJECT, ProbeMode, program_as, runqlat, throttle};
 
 /// The pid namespace of the host (`PROC_PID_INIT_INO`): only there do the kernel's task ids
 /// the programs record name the same tasks in `/proc`.
@@ -69,7 +69,7 @@ pub enum ModePreference {
 pub struct SwitchProbe {
     pub(super) ebpf: Ebpf,
     mode: ProbeMode,
-    refused: Vec<(ProbeMode, String)>,
+    refused: Vec<(ProbeMode, AttachError)>,
     /// Why the run-queue half counts nothing (its offsets are missing), if it does not.
     runq_missing: Option<String>,
     throttle_mode: ProbeMode,
@@ -107,7 +107,7 @@ impl SwitchProbe {
             ModePreference::TpBtf => &[ProbeMode::TpBtf],
             ModePreference::RawTracepoint => &[ProbeMode::RawTracepoint],
         };
-        let mut refused: Vec<(ProbeMode, String)> = Vec::new();
+        let mut refused: Vec<(ProbeMode, AttachError)> = Vec::new();
         for candidate in candidates {
             let mut ebpf = match load_and_attach(&offsets, &sched, candidate) {
                 Ok(ebpf) => ebpf,
@@ -175,7 +175,7 @@ impl SwitchProbe {
 
     /// Modes tried before the one in use, with the kernel's reasons.
     #[must_use]
-    pub fn refused_modes(&self) -> &[(ProbeMode, String)] {
+    pub fn refused_modes(&self) -> &[(ProbeMode, AttachError)] {
         &self.refused
     }
 
@@ -255,7 +255,7 @@ fn load_and_attach(
     offsets: &KernelOffsets,
     sched: &SchedOffsets,
     mode: &ProbeMode,
-) -> Result<Ebpf, String> {
+) -> Result<Ebpf, AttachError> {
     let mut loader = EbpfLoader::new();
     loader
         .override_global(names::OFFSETS_GLOBAL, offsets, true)
@@ -263,24 +263,20 @@ fn load_and_attach(
     super::shrink_unused_maps(&mut loader, super::Loader::SchedSwitch);
     let mut ebpf = loader
         .load(EBPF_OBJECT)
-        .map_err(|e| format!("loading the kernel object: {}", error_chain(&e)))?;
+        .map_err(AttachError::at("loading the kernel object"))?;
     if *mode == ProbeMode::TpBtf {
-        let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", error_chain(&e)))?;
+        let btf = Btf::from_sys_fs().map_err(AttachError::at("kernel BTF"))?;
         let program: &mut BtfTracePoint = program_as(&mut ebpf, names::SWITCH_TP_BTF)?;
         program
             .load(TRACEPOINT, &btf)
-            .map_err(|e| format!("{TRACEPOINT}: {}", error_chain(&e)))?;
-        program
-            .attach()
-            .map_err(|e| format!("{TRACEPOINT}: {}", error_chain(&e)))?;
+            .map_err(AttachError::at(TRACEPOINT))?;
+        program.attach().map_err(AttachError::at(TRACEPOINT))?;
     } else {
         let program: &mut RawTracePoint = program_as(&mut ebpf, names::SWITCH_RAW_TP)?;
-        program
-            .load()
-            .map_err(|e| format!("{TRACEPOINT}: {}", error_chain(&e)))?;
+        program.load().map_err(AttachError::at(TRACEPOINT))?;
         program
             .attach(TRACEPOINT)
-            .map_err(|e| format!("{TRACEPOINT}: {}", error_chain(&e)))?;
+            .map_err(AttachError::at(TRACEPOINT))?;
     }
     Ok(ebpf)
 }

@@ -10,7 +10,7 @@ use aya::programs::{FEntry, FExit};
 use aya::{Btf, Ebpf};
 use qosd_common::names;
 
-use super::{ProbeMode, error_chain, program_as};
+use super::{AttachError, ProbeMode, error_chain, program_as};
 use crate::cgroup::stats::{self, CpuStats, StatsError};
 
 /// The episode probe's name in `qosd check` and in `qosd_probe_info{probe}`.
@@ -41,29 +41,29 @@ pub fn attach_episodes(ebpf: &mut Ebpf) -> ProbeMode {
             {
                 tracing::debug!(error = %error_chain(&e), "unloading the fentry program");
             }
-            ProbeMode::Unavailable(reason)
+            ProbeMode::Unavailable(reason.to_string())
         }
     }
 }
 
-fn try_attach(ebpf: &mut Ebpf) -> Result<(), String> {
-    let btf = Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {}", error_chain(&e)))?;
+fn try_attach(ebpf: &mut Ebpf) -> Result<(), AttachError> {
+    let btf = Btf::from_sys_fs().map_err(AttachError::at("kernel BTF"))?;
     {
         let program: &mut FExit = program_as(ebpf, names::THROTTLE_FEXIT)?;
         program
             .load("throttle_cfs_rq", &btf)
-            .map_err(|e| format!("fexit throttle_cfs_rq: {}", error_chain(&e)))?;
+            .map_err(AttachError::at("fexit throttle_cfs_rq"))?;
         program
             .attach()
-            .map_err(|e| format!("fexit throttle_cfs_rq: {}", error_chain(&e)))?;
+            .map_err(AttachError::at("fexit throttle_cfs_rq"))?;
     }
     let program: &mut FEntry = program_as(ebpf, names::UNTHROTTLE_FENTRY)?;
     program
         .load("unthrottle_cfs_rq", &btf)
-        .map_err(|e| format!("fentry unthrottle_cfs_rq: {}", error_chain(&e)))?;
+        .map_err(AttachError::at("fentry unthrottle_cfs_rq"))?;
     program
         .attach()
-        .map_err(|e| format!("fentry unthrottle_cfs_rq: {}", error_chain(&e)))?;
+        .map_err(AttachError::at("fentry unthrottle_cfs_rq"))?;
     Ok(())
 }
 

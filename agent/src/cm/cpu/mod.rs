@@ -231,7 +231,7 @@ impl CpuManager {
                 Policy::Static(p) => p
                     .validate_state(&mut state)
                     .map(|()| state)
-                    .map_err(|detail| (RecoveryReason::Invalid, detail)),
+                    .map_err(|e| (RecoveryReason::Invalid, e.to_string())),
             },
             Restored::Rebuild { reason, detail } => Err((reason, detail)),
         };

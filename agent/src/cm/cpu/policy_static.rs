@@ -36,6 +36,31 @@ pub const EXACT_HINT_NUMA_NODES: usize = 16;
 pub const HINT_ENUMERATION_LIMIT: usize = 1 << 16;
 
 /// Errors creating the policy.
+/// Why a restored CPU manager state does not fit this machine and configuration (kubelet's
+/// `validateState` messages, word for word).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("default cpuset cannot be empty")]
+    EmptyDefault,
+    #[error(
+        "some of strictly reserved cpus: \"{leaked}\" are present in defaultCpuSet: \"{default}\""
+    )]
+    StrictlyReservedInDefault { leaked: Cpus, default: Cpus },
+    #[error("not all reserved cpus: \"{reserved}\" are present in defaultCpuSet: \"{default}\"")]
+    ReservedNotInDefault { reserved: Cpus, default: Cpus },
+    #[error(
+        "pod: {pod}, container: {container} cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\""
+    )]
+    Overlap {
+        pod: String,
+        container: String,
+        cpus: Cpus,
+        default: Cpus,
+    },
+    #[error("current set of available CPUs \"{all}\" doesn't match with CPUs in state \"{total}\"")]
+    Mismatch { all: Cpus, total: Cpus },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
     #[error(
@@ -224,11 +249,11 @@ impl StaticPolicy {
 
     /// kubelet's `validateState`: initialises an empty state, and checks a restored one
     /// against this machine and configuration. The error is kubelet's message.
-    pub fn validate_state(&self, state: &mut CpuState) -> Result<(), String> {
+    pub fn validate_state(&self, state: &mut CpuState) -> Result<(), StateError> {
         let all = self.initial_default();
         if state.default_cpus.is_empty() {
             if !state.assignments.is_empty() {
-                return Err("default cpuset cannot be empty".to_owned());
+                return Err(StateError::EmptyDefault);
             }
             state.default_cpus = all;
             return Ok(());
@@ -237,31 +262,33 @@ impl StaticPolicy {
         if self.options.strict_cpu_reservation {
             let leaked = self.reserved.intersection(default);
             if !leaked.is_empty() {
-                return Err(format!(
-                    "some of strictly reserved cpus: \"{leaked}\" are present in defaultCpuSet: \"{default}\""
-                ));
+                return Err(StateError::StrictlyReservedInDefault {
+                    leaked,
+                    default: default.clone(),
+                });
             }
         } else if !self.reserved.is_subset(default) {
-            return Err(format!(
-                "not all reserved cpus: \"{}\" are present in defaultCpuSet: \"{default}\"",
-                self.reserved
-            ));
+            return Err(StateError::ReservedNotInDefault {
+                reserved: self.reserved.clone(),
+                default: default.clone(),
+            });
         }
         let mut total = default.clone();
         for (pod, containers) in &state.assignments {
             for (container, cpus) in containers {
                 if default.intersects(cpus) {
-                    return Err(format!(
-                        "pod: {pod}, container: {container} cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\""
-                    ));
+                    return Err(StateError::Overlap {
+                        pod: pod.clone(),
+                        container: container.clone(),
+                        cpus: cpus.clone(),
+                        default: default.clone(),
+                    });
                 }
                 total.union_with(cpus);
             }
         }
         if total != all {
-            return Err(format!(
-                "current set of available CPUs \"{all}\" doesn't match with CPUs in state \"{total}\""
-            ));
+            return Err(StateError::Mismatch { all, total });
         }
         Ok(())
     }

@@ -18,8 +18,8 @@ use serde_json::{Map, Value};
 
 use super::cpuset::Cpus;
 use crate::cm::checkpoint::{
-    GoValue, RecoveryReason, Restored, json_field, json_string, json_u64, kubelet_checksum,
-    kubelet_string_checksum,
+    GoValue, RecoveryReason, Restored, ShapeError, json_field, json_string, json_u64,
+    kubelet_checksum, kubelet_string_checksum,
 };
 
 /// The checkpoint's file name in the kubelet root directory.
@@ -268,10 +268,14 @@ struct Decoded {
     pod_entries: usize,
 }
 
-fn corrupt<T>(detail: impl Into<String>) -> Result<T, Restored<CpuState>> {
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "passed as `or_else(corrupt)` over errors of several types"
+)]
+fn corrupt<T>(detail: impl ToString) -> Result<T, Restored<CpuState>> {
     Err(Restored::Rebuild {
         reason: RecoveryReason::Corrupt,
-        detail: detail.into(),
+        detail: detail.to_string(),
     })
 }
 
@@ -284,7 +288,7 @@ fn checksum_mismatch<T>(expected: u64) -> Result<T, Restored<CpuState>> {
     })
 }
 
-fn parse_entries(value: Option<&Value>) -> Result<RawEntries, String> {
+fn parse_entries(value: Option<&Value>) -> Result<RawEntries, ShapeError> {
     match value {
         None => Ok(Some(BTreeMap::new())),
         Some(Value::Null) => Ok(None),
@@ -297,8 +301,10 @@ fn parse_entries(value: Option<&Value>) -> Result<RawEntries, String> {
                         let mut m = BTreeMap::new();
                         for (name, cpus) in c {
                             let Value::String(cpus) = cpus else {
-                                return Err(format!(
-                                    "entry {pod:?}/{name:?}: {cpus} is not a CPU list string"
+                                return Err(ShapeError::wrong(
+                                    format!("entry {pod:?}/{name:?}"),
+                                    cpus,
+                                    "a CPU list string",
                                 ));
                             };
                             m.insert(name.clone(), cpus.clone());
@@ -306,21 +312,22 @@ fn parse_entries(value: Option<&Value>) -> Result<RawEntries, String> {
                         Some(m)
                     }
                     other => {
-                        return Err(format!(
-                            "cannot unmarshal {other} into Go struct field CPUManagerCheckpointV2.entries"
-                        ));
+                        return Err(ShapeError::Unmarshal {
+                            found: other.to_string(),
+                            field: "CPUManagerCheckpointV2.entries",
+                        });
                     }
                 };
                 out.insert(pod.clone(), parsed);
             }
             Ok(Some(out))
         }
-        Some(other) => Err(format!("entries: {other} is not an object")),
+        Some(other) => Err(ShapeError::wrong("entries", other, "an object")),
     }
 }
 
 /// `podEntries` of v3/v4: pod uid -> `{"cpuSet": "..."}`.
-fn parse_pod_entries(value: Option<&Value>) -> Result<Option<BTreeMap<String, Cpus>>, String> {
+fn parse_pod_entries(value: Option<&Value>) -> Result<Option<BTreeMap<String, Cpus>>, ShapeError> {
     match value {
         None => Ok(Some(BTreeMap::new())),
         Some(Value::Null) => Ok(None),
@@ -329,15 +336,24 @@ fn parse_pod_entries(value: Option<&Value>) -> Result<Option<BTreeMap<String, Cp
             for (pod, entry) in pods {
                 let text = match entry {
                     Value::Object(o) => json_string(o, "cpuSet")?,
-                    other => return Err(format!("podEntries {pod:?}: {other} is not an object")),
+                    other => {
+                        return Err(ShapeError::wrong(
+                            format!("podEntries {pod:?}"),
+                            other,
+                            "an object",
+                        ));
+                    }
                 };
-                let cpus = Cpus::parse(&text)
-                    .map_err(|e| format!("could not parse pod cpuset {text:?}: {e}"))?;
+                let cpus = Cpus::parse(&text).map_err(|e| ShapeError::CpuList {
+                    what: "pod cpuset",
+                    text: text.clone(),
+                    reason: e.to_string(),
+                })?;
                 out.insert(pod.clone(), cpus);
             }
             Ok(Some(out))
         }
-        Some(other) => Err(format!("podEntries: {other} is not an object")),
+        Some(other) => Err(ShapeError::wrong("podEntries", other, "an object")),
     }
 }
 

@@ -310,7 +310,7 @@ impl MemoryManager {
                 Some(p) => p
                     .validate_state(&mut s)
                     .map(|()| s)
-                    .map_err(|d| (RecoveryReason::Invalid, d)),
+                    .map_err(|e| (RecoveryReason::Invalid, e.to_string())),
             },
             Restored::Rebuild { reason, detail } => Err((reason, detail)),
         };

@@ -20,6 +20,24 @@ use crate::pods::qos::{QosClass, pod_qos};
 pub const HUGEPAGES_PREFIX: &str = "hugepages-";
 
 /// Errors allocating memory, worded as kubelet's.
+/// Why a restored memory manager state does not fit this machine (kubelet's `validateState`
+/// messages, word for word).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("[memorymanager] machine state can not be empty when it has memory assignments")]
+    EmptyMachine,
+    #[error(
+        "[memorymanager] (pod: {pod}, container: {container}) the memory assignment uses the NUMA that does not exist"
+    )]
+    NoSuchNode { pod: String, container: String },
+    #[error(
+        "[memorymanager] (pod: {pod}, container: {container}) the memory assignment uses memory resource that does not exist"
+    )]
+    NoSuchResource { pod: String, container: String },
+    #[error("[memorymanager] the expected machine state is different from the real one")]
+    Mismatch,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MemoryAllocateError {
     #[error("[memorymanager] failed to represent quantity as int64")]
@@ -225,13 +243,10 @@ impl StaticPolicy {
 
     /// kubelet's `validateState`: initialises an empty state; checks a restored one by replaying
     /// its assignments on the default machine state. The error is kubelet's message.
-    pub fn validate_state(&self, state: &mut MemoryState) -> Result<(), String> {
+    pub fn validate_state(&self, state: &mut MemoryState) -> Result<(), StateError> {
         if state.machine.is_empty() {
             if !state.assignments.is_empty() {
-                return Err(
-                    "[memorymanager] machine state can not be empty when it has memory assignments"
-                        .to_owned(),
-                );
+                return Err(StateError::EmptyMachine);
             }
             state.machine = self.default_machine_state();
             return Ok(());
@@ -243,16 +258,18 @@ impl StaticPolicy {
                     let mut size = b.size;
                     for node in &b.numa_affinity {
                         let Some(n) = expected.get_mut(node) else {
-                            return Err(format!(
-                                "[memorymanager] (pod: {pod}, container: {container}) the memory assignment uses the NUMA that does not exist"
-                            ));
+                            return Err(StateError::NoSuchNode {
+                                pod: pod.clone(),
+                                container: container.clone(),
+                            });
                         };
                         n.number_of_assignments += 1;
                         n.cells.clone_from(&b.numa_affinity);
                         let Some(t) = n.memory_map.get_mut(&b.resource) else {
-                            return Err(format!(
-                                "[memorymanager] (pod: {pod}, container: {container}) the memory assignment uses memory resource that does not exist"
-                            ));
+                            return Err(StateError::NoSuchResource {
+                                pod: pod.clone(),
+                                container: container.clone(),
+                            });
                         };
                         size = reserve(t, size);
                     }
@@ -260,10 +277,7 @@ impl StaticPolicy {
             }
         }
         if !machine_states_equal(&state.machine, &expected) {
-            return Err(
-                "[memorymanager] the expected machine state is different from the real one"
-                    .to_owned(),
-            );
+            return Err(StateError::Mismatch);
         }
         Ok(())
     }

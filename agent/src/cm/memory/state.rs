@@ -17,8 +17,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::cm::checkpoint::{
-    GoValue, RecoveryReason, Restored, json_field, json_string, json_u64, kubelet_checksum,
-    kubelet_string_checksum,
+    GoValue, RecoveryReason, Restored, ShapeError, json_field, json_string, json_u64,
+    kubelet_checksum, kubelet_string_checksum,
 };
 
 /// The checkpoint's file name in the kubelet root directory.
@@ -268,11 +268,11 @@ pub fn encode(policy: &str, state: &MemoryState) -> Result<Vec<u8>, serde_json::
 }
 
 /// A Go-side decoding error: the file does not have the shape kubelet's types need.
-type Shape<T> = Result<T, String>;
+type Shape<T> = Result<T, ShapeError>;
 
 fn as_object<'a>(v: &'a Value, what: &str) -> Shape<&'a Map<String, Value>> {
     v.as_object()
-        .ok_or_else(|| format!("{what}: {v} is not an object"))
+        .ok_or_else(|| ShapeError::wrong(what, v, "an object"))
 }
 
 fn int_list(v: Option<&Value>, what: &str) -> Shape<Option<Vec<u32>>> {
@@ -283,11 +283,11 @@ fn int_list(v: Option<&Value>, what: &str) -> Shape<Option<Vec<u32>>> {
             .map(|i| {
                 i.as_u64()
                     .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| format!("{what}: {i} is not a NUMA node id"))
+                    .ok_or_else(|| ShapeError::wrong(what, i, "a NUMA node id"))
             })
             .collect::<Shape<Vec<u32>>>()
             .map(Some),
-        Some(other) => Err(format!("{what}: {other} is not an array")),
+        Some(other) => Err(ShapeError::wrong(what, other, "an array")),
     }
 }
 
@@ -300,7 +300,7 @@ fn int_field(o: &Map<String, Value>, name: &str) -> Shape<i64> {
         None | Some(Value::Null) => Ok(0),
         Some(v) => v
             .as_i64()
-            .ok_or_else(|| format!("field {name:?}: {v} is not an integer")),
+            .ok_or_else(|| ShapeError::wrong(format!("field {name:?}"), v, "an integer")),
     }
 }
 
@@ -313,9 +313,11 @@ fn decode_machine(v: Option<&Value>) -> Shape<(GoValue, NumaNodeMap)> {
         Some(v) => {
             let mut entries = Vec::new();
             for (key, node) in as_object(v, "machineState")? {
-                let id: u32 = key
-                    .parse()
-                    .map_err(|_| format!("machineState: NUMA node key {key:?} is not a number"))?;
+                let id: u32 = key.parse().map_err(|_| ShapeError::WrongType {
+                    what: "machineState: NUMA node key".to_owned(),
+                    found: format!("{key:?}"),
+                    expected: "a number",
+                })?;
                 let node_go = match node {
                     Value::Null => GoValue::ptr("state.NUMANodeState", None),
                     other => {
@@ -442,7 +444,9 @@ fn decode_entries(v: Option<&Value>) -> Shape<(GoValue, MemoryAssignments)> {
                                         .insert(name.clone(), typed_blocks);
                                     Some(go)
                                 }
-                                other => return Err(format!("blocks: {other} is not an array")),
+                                other => {
+                                    return Err(ShapeError::wrong("blocks", other, "an array"));
+                                }
                             };
                             list.push((
                                 GoValue::string(name),
@@ -494,11 +498,18 @@ pub fn decode(bytes: &[u8], policy: &str) -> Restored<MemoryState> {
 }
 
 fn decode_inner(bytes: &[u8], policy: &str) -> Result<MemoryState, Restored<MemoryState>> {
-    let corrupt = |e: String| Restored::Rebuild {
-        reason: RecoveryReason::Corrupt,
-        detail: e,
-    };
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    // Shape errors and the JSON parser's alike become the recovery's detail.
+    #[expect(
+        clippy::needless_pass_by_value,
+        reason = "passed as `map_err(corrupt)` over errors of several types"
+    )]
+    fn corrupt(e: impl ToString) -> Restored<MemoryState> {
+        Restored::Rebuild {
+            reason: RecoveryReason::Corrupt,
+            detail: e.to_string(),
+        }
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(corrupt)?;
     let outer = as_object(&value, "checkpoint").map_err(corrupt)?;
     let (name, state) = if json_field(outer, "dataChecksum").is_some() {
         let data = json_string(outer, "data").map_err(corrupt)?;

@@ -98,15 +98,30 @@ impl<'de> Deserialize<'de> for GoDuration {
     }
 }
 
+/// Why a Go duration does not parse; each names the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("invalid duration {0:?}")]
+    Invalid(String),
+    #[error("duration {0:?} must not be negative")]
+    Negative(String),
+    #[error("missing unit in duration {0:?}")]
+    MissingUnit(String),
+    #[error("unknown unit {unit:?} in duration {text:?}")]
+    UnknownUnit { unit: String, text: String },
+    #[error("{0:?}: must be positive")]
+    NotPositive(String),
+}
+
 /// Parses a non-negative Go duration (`time.ParseDuration`): a sequence of decimal numbers with
 /// units `ns`, `us` (`µs`), `ms`, `s`, `m`, `h`; `0` needs no unit.
-pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let invalid = || format!("invalid duration {text:?}");
+pub fn parse_go_duration(text: &str) -> Result<Duration, DurationError> {
+    let invalid = || DurationError::Invalid(text.to_owned());
     let mut s = text;
     if let Some(rest) = s.strip_prefix('+') {
         s = rest;
     } else if s.starts_with('-') {
-        return Err(format!("duration {text:?} must not be negative"));
+        return Err(DurationError::Negative(text.to_owned()));
     }
     if s == "0" {
         return Ok(Duration::ZERO);
@@ -141,8 +156,13 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
             "s" => 1_000_000_000,
             "m" => 60_000_000_000,
             "h" => 3_600_000_000_000,
-            "" => return Err(format!("missing unit in duration {text:?}")),
-            other => return Err(format!("unknown unit {other:?} in duration {text:?}")),
+            "" => return Err(DurationError::MissingUnit(text.to_owned())),
+            other => {
+                return Err(DurationError::UnknownUnit {
+                    unit: other.to_owned(),
+                    text: text.to_owned(),
+                });
+            }
         };
         let whole: u128 = if int_part.is_empty() {
             0
@@ -174,9 +194,18 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
 
 /// YAML to a JSON value, as `sigs.k8s.io/yaml.YAMLToJSON` does before kubelet decodes. Duplicate
 /// keys are rejected (go-yaml: "mapping key already defined").
-pub(super) fn yaml_to_json(text: &str) -> Result<serde_json::Value, String> {
-    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
-    serde_json::to_value(&yaml).map_err(|e| e.to_string())
+pub(super) fn yaml_to_json(text: &str) -> Result<serde_json::Value, SyntaxError> {
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(text)?;
+    Ok(serde_json::to_value(&yaml)?)
+}
+
+/// A file that is not YAML (or JSON) at all.
+#[derive(Debug, thiserror::Error)]
+pub enum SyntaxError {
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
 }
 
 pub(super) fn json_type(value: &serde_json::Value) -> &'static str {

@@ -39,7 +39,7 @@ mod fields;
 mod tests;
 mod validation;
 
-pub use decode::parse_go_duration;
+pub use decode::{DurationError, parse_go_duration};
 pub use fields::{SUPPORTED_FIELDS, UNSUPPORTED_FIELDS};
 
 /// Errors loading a KubeletConfiguration file; every variant names the file.
@@ -309,9 +309,9 @@ pub fn parse_kubelet_config(text: &str, path: &Path) -> Result<LoadedKubeletConf
             reason: e.to_string(),
         })?
     } else {
-        yaml_to_json(text).map_err(|reason| ConfigError::Syntax {
+        yaml_to_json(text).map_err(|e| ConfigError::Syntax {
             path: path_buf(),
-            reason,
+            reason: e.to_string(),
         })?
     };
     let serde_json::Value::Object(mut fields) = document else {

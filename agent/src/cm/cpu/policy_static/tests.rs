@@ -116,7 +116,7 @@ fn start_mirrors_test_static_policy_start() {
         let mut st = state(default, entries);
         match (p.validate_state(&mut st), expected) {
             (Ok(()), Ok(want)) => assert_eq!(st.default_cpus, cpus(want), "{name}"),
-            (Err(got), Err(want)) => assert_eq!(got, *want, "{name}"),
+            (Err(got), Err(want)) => assert_eq!(got.to_string(), *want, "{name}"),
             (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
         }
     }
@@ -141,13 +141,15 @@ fn start_with_reserved_list_mirrors_test_static_policy_start_with_resv_list() {
 
     let p = policy(topo_dual_socket_ht(), 2, "0-1", &[]).unwrap();
     assert_eq!(
-        p.validate_state(&mut state("2-5", &[])),
+        p.validate_state(&mut state("2-5", &[]))
+            .map_err(|e| e.to_string()),
         Err(r#"not all reserved cpus: "0-1" are present in defaultCpuSet: "2-5""#.to_owned()),
         "reserved cores 0 & 1 are not present in available cpuset"
     );
     let p = policy(topo_dual_socket_ht(), 2, "0-1", &strict).unwrap();
     assert_eq!(
-        p.validate_state(&mut state("0-5", &[])),
+        p.validate_state(&mut state("0-5", &[]))
+            .map_err(|e| e.to_string()),
         Err(
             r#"some of strictly reserved cpus: "0-1" are present in defaultCpuSet: "0-5""#
                 .to_owned()

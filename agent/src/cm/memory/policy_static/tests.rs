@@ -120,7 +120,7 @@ fn start_mirrors_test_static_policy_start() {
     let mut s = MemoryState::default();
     s.set_blocks("pod", "container1", vec![block(&[0], MEMORY, 512 * MB)]);
     assert_eq!(
-        p.validate_state(&mut s),
+        p.validate_state(&mut s).map_err(|e| e.to_string()),
         Err(
             "[memorymanager] machine state can not be empty when it has memory assignments"
                 .to_owned()
@@ -187,7 +187,7 @@ fn start_mirrors_test_static_policy_start() {
             assignments,
         };
         assert_eq!(
-            policy.validate_state(&mut s),
+            policy.validate_state(&mut s).map_err(|e| e.to_string()),
             Err(different.to_owned()),
             "{name}"
         );
@@ -208,7 +208,10 @@ fn start_mirrors_test_static_policy_start() {
         assignments: BTreeMap::new(),
     };
     s.set_blocks("pod", "container1", vec![block(&[0], MEMORY, 512 * MB)]);
-    assert_eq!(p2.validate_state(&mut s), Err(different.to_owned()));
+    assert_eq!(
+        p2.validate_state(&mut s).map_err(|e| e.to_string()),
+        Err(different.to_owned())
+    );
     // And a consistent restored state passes.
     let mut s = MemoryState {
         machine: BTreeMap::from([(
