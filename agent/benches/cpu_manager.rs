@@ -14,10 +14,10 @@ use qosd::cm::cpu::{CpuManager, CpuManagerConfig, CpuPolicyName, CpuTopology, Cp
 use qosd::cm::memory::{
     MemoryManager, MemoryManagerConfig, MemoryPolicyName, MemoryReservation, numa_memory,
 };
-use qosd::cm::topology::hint::{HintProvider, NumaMask, TopologyHint};
+use qosd::cm::topology_manager::hint::{HintProvider, NumaMask, TopologyHint};
+use qosd::machine::{MachineTopology, synthetic};
 use qosd::pods::model::{Container, ObjectMeta, Pod, PodSpec};
 use qosd::pods::quantity::Quantity;
-use qosd::topology::{MachineTopology, synthetic};
 
 fn machine() -> MachineTopology {
     synthetic::eight_numa_256_cpus().unwrap_or_else(|e| panic!("{e}"))

@@ -10,16 +10,16 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use qosd::cm::topology::TopologyManager;
-use qosd::cm::topology::hint::{
+use qosd::cm::topology_manager::TopologyManager;
+use qosd::cm::topology_manager::hint::{
     AllocationError, HintProvider, NumaMask, ProviderHints, TopologyHint,
 };
-use qosd::cm::topology::merge::{HintMerger, reference};
-use qosd::cm::topology::numa_info::NumaInfo;
-use qosd::cm::topology::policy::{Policy, PolicyName, PolicyOptions};
-use qosd::cm::topology::scope::ScopeName;
+use qosd::cm::topology_manager::merge::{HintMerger, reference};
+use qosd::cm::topology_manager::numa_info::NumaInfo;
+use qosd::cm::topology_manager::policy::{Policy, PolicyName, PolicyOptions};
+use qosd::cm::topology_manager::scope::ScopeName;
+use qosd::machine::{MachineTopology, synthetic};
 use qosd::pods::model::{Container, ObjectMeta, Pod, PodSpec};
-use qosd::topology::{MachineTopology, synthetic};
 
 fn single(node: usize) -> NumaMask {
     NumaMask::from_bits(1u64 << node)

@@ -8,11 +8,11 @@
 //! - [`feedback`]: policies that turn measurements into cgroup decisions, explained and logged.
 //! - [`probes`]: the embedded kernel object, BTF offsets, attach-mode selection, map readers.
 //! - [`metrics`]: the Prometheus registry, collectors and the HTTP endpoint.
+//! - [`machine`]: machine topology (packages, NUMA nodes, cores, threads, caches) and NUMA masks.
 //! - [`numa`]: the kernel's NUMA layout (CPU and page frame -> node) and a cgroup's memory per
 //!   node with its locality.
 //! - [`pods`]: pod model, QoS, quantities, pod sources.
 //! - [`runtime`]: the standalone runtime (container processes in their cgroups).
-//! - [`topology`]: machine topology (packages, NUMA nodes, cores, threads, caches) and NUMA masks.
 //! - [`standalone`]: standalone mode, the container manager fed from a manifest directory.
 //! - [`check`]: the `qosd check` report.
 //! - [`inspect`]: `qosd inspect`, the client side of the agent's `/inspect` endpoint.
@@ -24,10 +24,10 @@ pub mod config;
 pub mod daemon;
 pub mod feedback;
 pub mod inspect;
+pub mod machine;
 pub mod metrics;
 pub mod numa;
 pub mod pods;
 pub mod probes;
 pub mod runtime;
 pub mod standalone;
-pub mod topology;

@@ -25,12 +25,12 @@ use crate::config::kubelet::{
     CgroupDriver, ConfigError, KubeletConfiguration, load_kubelet_config,
 };
 use crate::feedback::{FeedbackConfig, FeedbackMetrics, Mode as FeedbackMode, PreemptionSource};
+use crate::machine::TopologyError;
 use crate::metrics::server::InspectText;
 use crate::numa::NodeLayout;
 use crate::pods::manifest::{ManifestError, ManifestWatcher};
 use crate::pods::source::PodSource;
 use crate::runtime::backoff::Backoff;
-use crate::topology::TopologyError;
 
 /// How often the pod source is polled (the manifest directory rescanned).
 const SOURCE_POLL: Duration = Duration::from_secs(1);
@@ -195,7 +195,7 @@ impl Standalone {
             memory_qos: config.memory_qos() && layout.v1.is_empty(),
             pod_pids_limit: config.pod_pids_limit,
         };
-        let machine = crate::topology::machine::load_host()?;
+        let machine = crate::machine::hwloc::load_host()?;
         if let Some(nodes) = &nodes {
             check_numa_agreement(&machine, nodes);
         }
@@ -274,7 +274,7 @@ fn to_resource_config(limits: &CgroupLimits) -> ResourceConfig {
 /// The resource managers place CPUs and memory on hwloc's view of the machine; the probes, the
 /// NUMA metrics and the feedback on the kernel's (sysfs, [`NodeLayout`]). Both come from the
 /// same kernel, so they must agree on every CPU's node; a disagreement is reported per CPU.
-fn check_numa_agreement(machine: &crate::topology::MachineTopology, nodes: &NodeLayout) {
+fn check_numa_agreement(machine: &crate::machine::MachineTopology, nodes: &NodeLayout) {
     for cpu in machine.cpus().values() {
         let kernel = u32::try_from(cpu.id)
             .ok()

@@ -3,9 +3,9 @@
 //! and, for every benchmark `X/qosd` with a peer `X/<peer>` measured in the same run, the
 //! ratio between them.
 //!
-//! This module owns the list of benchmarks, how they are run (`cargo bench -p qosd --bench
-//! NAME`, with the kernel object build skipped: benchmarks never load it) and the summary
-//! table, parsed from criterion's `time: [low estimate high]` lines.
+//! This module owns the list of benchmarks, how they are run (`cargo bench -p qosd --features
+//! testing --bench NAME`, with the kernel object build skipped: benchmarks never load it) and
+//! the summary table, parsed from criterion's `time: [low estimate high]` lines.
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,10 +41,18 @@ pub fn run(filter: Option<&str>) -> Result<()> {
     for bench in BENCHES {
         println!("== cargo bench -p qosd --bench {bench}");
         let mut cmd = Command::new("cargo");
-        cmd.args(["bench", "-p", "qosd", "--bench", bench])
-            .current_dir(crate::workspace_root())
-            .env("AYA_BUILD_SKIP", "1")
-            .stdout(Stdio::piped());
+        cmd.args([
+            "bench",
+            "-p",
+            "qosd",
+            "--features",
+            "testing",
+            "--bench",
+            bench,
+        ])
+        .current_dir(crate::workspace_root())
+        .env("AYA_BUILD_SKIP", "1")
+        .stdout(Stdio::piped());
         if let Some(filter) = filter {
             cmd.args(["--", filter]);
         }

@@ -116,6 +116,9 @@ fn lint(toolchain: &Toolchain) -> TierResult {
                 "--exclude",
                 "qosd-ebpf",
                 "--all-targets",
+                // The benchmarks need the synthetic topologies.
+                "--features",
+                "qosd/testing",
                 "--",
                 "-D",
                 "warnings",

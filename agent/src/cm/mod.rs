@@ -12,5 +12,5 @@ pub mod metrics;
 pub mod pod_resources;
 pub mod qos_tiers;
 pub mod resource_managers;
-pub mod topology;
+pub mod topology_manager;
 mod tree;

@@ -12,17 +12,17 @@ use std::time::Instant;
 
 use crate::cgroup::cpuset::CpuSet;
 use crate::config::kubelet::KubeletConfiguration;
+use crate::machine::MachineTopology;
 use crate::pods::model::Pod;
-use crate::topology::MachineTopology;
 
 use super::allocatable::Reservation;
 use super::checkpoint::{Recovery, RecoveryReason};
 use super::cpu::{self, CpuManager, CpuManagerConfig, CpuManagerError, Cpus};
 use super::memory::{self, MemoryManager, MemoryManagerConfig, MemoryManagerError};
 use super::metrics::ResourceMetrics;
-use super::topology::hint::{HintProvider, NumaMask};
-use super::topology::scope::PodAdmitResult;
-use super::topology::{TopologyManager, TopologyManagerError};
+use super::topology_manager::hint::{HintProvider, NumaMask};
+use super::topology_manager::scope::PodAdmitResult;
+use super::topology_manager::{TopologyManager, TopologyManagerError};
 
 /// Errors that keep the resource managers from starting (kubelet's start-up errors).
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +30,7 @@ pub enum ResourceManagersError {
     #[error("CPU manager: {0}")]
     Cpu(#[from] CpuManagerError),
     #[error("CPU manager: machine topology: {0}")]
-    CpuTopology(#[from] cpu::topology::TopologyError),
+    CpuTopology(#[from] cpu::cpu_topology::TopologyError),
     #[error("memory manager: {0}")]
     Memory(#[from] MemoryManagerError),
     #[error("topology manager: {0}")]

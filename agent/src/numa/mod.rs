@@ -11,7 +11,7 @@
 //! - [`migrate`]: moving a process's pages to one node (`migrate_pages(2)`).
 //!
 //! The machine topology for the resource managers (packages, cores, caches) comes from hwloc in
-//! [`crate::topology`]; this module reads the kernel's own files because the probes need the
+//! [`crate::machine`]; this module reads the kernel's own files because the probes need the
 //! page-frame ranges hwloc does not give, and the kernel's numbering is what the probes see.
 pub mod layout;
 pub mod memory;

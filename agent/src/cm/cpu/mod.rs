@@ -13,26 +13,28 @@
 //! [`HintProvider`] calls; [`CpuManager::remove_container`] when a container is gone; and,
 //! after each change, `cpuset.cpus` for every container from [`CpuManager::cpuset`] (the shared
 //! pool changes whenever an exclusive assignment does).
+pub mod cpu_topology;
 pub mod cpuset;
 pub mod options;
 pub mod policy_static;
 pub mod state;
 pub mod take;
-pub mod topology;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub use cpu_topology::{CpuInfo, CpuTopology};
 pub use cpuset::Cpus;
 pub use options::{OptionGates, OptionsError, StaticPolicyOptions};
 pub use policy_static::{AllocateError, Allocation, StaticPolicy};
 pub use state::{CPU_MANAGER_STATE_FILE, CpuState};
-pub use topology::{CpuInfo, CpuTopology};
 
 use crate::cm::checkpoint::{
     self, CheckpointError, CheckpointFile, Recovery, RecoveryReason, Restored,
 };
-use crate::cm::topology::hint::{AllocationError, HintProvider, ProviderHints, TopologyHint};
+use crate::cm::topology_manager::hint::{
+    AllocationError, HintProvider, ProviderHints, TopologyHint,
+};
 use crate::config::kubelet::KubeletConfiguration;
 use crate::pods::model::{Container, Pod};
 

@@ -7,7 +7,7 @@
 //! `distribute-cpus-across-cores` are alpha (need `CPUManagerPolicyAlphaOptions`).
 use std::collections::BTreeMap;
 
-use super::topology::CpuTopology;
+use super::cpu_topology::CpuTopology;
 
 pub const FULL_PCPUS_ONLY: &str = "full-pcpus-only";
 pub const DISTRIBUTE_CPUS_ACROSS_NUMA: &str = "distribute-cpus-across-numa";
@@ -349,7 +349,7 @@ mod tests {
         let two_sockets_one_numa = CpuTopology::new((0..4).map(|cpu| {
             (
                 cpu,
-                super::super::topology::CpuInfo {
+                super::super::cpu_topology::CpuInfo {
                     core: cpu,
                     socket: cpu / 2,
                     numa: 0,

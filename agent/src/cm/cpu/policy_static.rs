@@ -16,12 +16,12 @@
 //! are preferred.
 use std::collections::BTreeMap;
 
+use super::cpu_topology::CpuTopology;
 use super::cpuset::Cpus;
 use super::options::StaticPolicyOptions;
 use super::state::CpuState;
 use super::take::{SortingStrategy, TakeError, take_distributed, take_packed};
-use super::topology::CpuTopology;
-use crate::cm::topology::hint::{NumaMask, TopologyHint};
+use crate::cm::topology_manager::hint::{NumaMask, TopologyHint};
 use crate::pods::model::{CPU, Container, Pod};
 use crate::pods::qos::{QosClass, pod_qos};
 
@@ -107,7 +107,7 @@ impl AllocateError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::SmtAlignment { .. } => REASON_SMT_ALIGNMENT,
-            Self::Take(_) => crate::cm::topology::hint::REASON_UNEXPECTED,
+            Self::Take(_) => crate::cm::topology_manager::hint::REASON_UNEXPECTED,
         }
     }
 }

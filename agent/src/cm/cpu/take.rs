@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
+use super::cpu_topology::CpuTopology;
 use super::cpuset::Cpus;
-use super::topology::CpuTopology;
 
 /// Errors taking CPUs, worded as kubelet's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

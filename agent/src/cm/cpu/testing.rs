@@ -5,8 +5,8 @@
 //! set them.
 use std::collections::BTreeMap;
 
+use super::cpu_topology::{CpuInfo, CpuTopology};
 use super::cpuset::Cpus;
-use super::topology::{CpuInfo, CpuTopology};
 use crate::pods::model::{Container, ContainerRestartPolicy, ObjectMeta, Pod, PodSpec};
 use crate::pods::quantity::Quantity;
 

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::testing::*;
 use super::*;
-use crate::cm::topology::hint::NumaMask;
+use crate::cm::topology_manager::hint::NumaMask;
 use crate::pods::quantity::Quantity;
 
 fn config(dir: Option<&Path>, reserved_millicores: i64) -> CpuManagerConfig {

@@ -41,7 +41,7 @@ fn resources(config: &KubeletConfiguration, state_dir: Option<&Path>) -> Resourc
         memory_bytes: config.system_reserved.memory_bytes(),
         pids: 0,
     };
-    let machine = crate::topology::synthetic::vm_two_numa_four_cpus().expect("topology");
+    let machine = crate::machine::synthetic::vm_two_numa_four_cpus().expect("topology");
     let metrics = ResourceMetrics::register(&prometheus::Registry::new()).expect("metrics");
     ResourceManagers::new(
         &ResourceManagersConfig::from_kubelet(

@@ -24,12 +24,12 @@ use crate::cm::allocatable::Reservation;
 use crate::cm::checkpoint::{
     self, CheckpointError, CheckpointFile, Recovery, RecoveryReason, Restored,
 };
-use crate::cm::topology::hint::{
+use crate::cm::topology_manager::hint::{
     AllocationError, HintProvider, NumaMask, ProviderHints, TopologyHint,
 };
 use crate::config::kubelet::KubeletConfiguration;
+use crate::machine::MachineTopology;
 use crate::pods::model::{Container, MEMORY, Pod};
-use crate::topology::MachineTopology;
 
 /// Errors configuring or starting the memory manager.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use super::NumaMemory;
 use super::state::{Block, MemoryState, MemoryTable, NumaNodeMap, NumaNodeState};
 use crate::cm::cpu::policy_static::for_each_numa_subset;
-use crate::cm::topology::hint::{NumaMask, ProviderHints, TopologyHint};
+use crate::cm::topology_manager::hint::{NumaMask, ProviderHints, TopologyHint};
 use crate::pods::model::{Container, MEMORY, Pod};
 use crate::pods::qos::{QosClass, pod_qos};
 

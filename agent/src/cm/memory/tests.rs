@@ -234,9 +234,9 @@ fn cpu_and_memory_managers_as_topology_manager_providers() {
     use crate::cm::cpu::{
         CpuManager, CpuManagerConfig, CpuPolicyName, CpuTopology, Cpus, OptionGates,
     };
-    use crate::cm::topology::TopologyManager;
+    use crate::cm::topology_manager::TopologyManager;
 
-    let machine = crate::topology::synthetic::vm_two_numa_four_cpus().unwrap();
+    let machine = crate::machine::synthetic::vm_two_numa_four_cpus().unwrap();
     let mut topology =
         TopologyManager::new(&machine, "single-numa-node", "container", &BTreeMap::new()).unwrap();
     let cpu_config = CpuManagerConfig {

@@ -9,8 +9,8 @@ use super::*;
 use crate::cm::cpu::testing::{container, guaranteed, pod};
 use crate::cm::cpu::{CpuPolicyName, CpuState, OptionGates};
 use crate::cm::memory::{MEMORY_MANAGER_STATE_FILE, MemoryPolicyName, MemoryReservation};
+use crate::machine::synthetic::vm_two_numa_four_cpus;
 use crate::pods::model::MEMORY;
-use crate::topology::synthetic::vm_two_numa_four_cpus;
 
 const MIB: u64 = 1 << 20;
 

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::cm::cpu::cpu_topology::CoreThreads;
 use crate::cm::cpu::options::{self, OptionGates};
 use crate::cm::cpu::testing::*;
-use crate::cm::cpu::topology::CoreThreads;
 
 fn policy(
     topo: CpuTopology,

@@ -47,7 +47,7 @@ impl Parts {
         if let [only] = self.nodes.as_mut_slice()
             && only.distances.is_empty()
         {
-            only.distances = vec![super::synthetic::LOCAL_DISTANCE];
+            only.distances = vec![super::LOCAL_DISTANCE];
         }
         MachineTopology::new(self.cpus, self.nodes, &self.l3_sizes)
     }

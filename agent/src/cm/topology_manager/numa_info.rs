@@ -3,7 +3,7 @@
 //!
 //! This module owns the node set (the "default affinity", every node of the machine) and the
 //! distance score used by `prefer-closest-numa-nodes`.
-use crate::topology::{MachineTopology, NumaMask};
+use crate::machine::{MachineTopology, NumaMask};
 
 use super::TopologyManagerError;
 
@@ -94,7 +94,7 @@ impl NumaInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::synthetic;
+    use crate::machine::synthetic;
 
     #[test]
     fn from_topology_reads_distances() {
@@ -112,14 +112,14 @@ mod tests {
     #[test]
     fn missing_distances_are_an_error_only_when_needed() {
         // kubelet TestNewManager "can't get NUMA distances".
-        let cpu = crate::topology::CpuInfo {
+        let cpu = crate::machine::CpuInfo {
             id: 0,
             core: 0,
             package: 0,
             numa_node: 0,
             uncore_cache: 0,
         };
-        let node = |id| crate::topology::NumaNodeSpec {
+        let node = |id| crate::machine::NumaNodeSpec {
             id,
             memory_bytes: 0,
             hugepages: vec![],

@@ -11,7 +11,7 @@ use std::fmt;
 
 use crate::pods::model::{Container, Pod};
 
-pub use crate::topology::bitmask::{MaskError, NumaMask};
+pub use crate::machine::bitmask::{MaskError, NumaMask};
 
 /// A provider's placement option for one resource: the NUMA nodes it could be satisfied from,
 /// and whether that placement is preferred (typically: the narrowest possible).

@@ -16,8 +16,8 @@ pub mod scope;
 
 use std::collections::BTreeMap;
 
+use crate::machine::{MachineTopology, MaskError};
 use crate::pods::model::Pod;
-use crate::topology::{MachineTopology, MaskError};
 
 use hint::{HintProvider, TopologyHint};
 use numa_info::NumaInfo;

@@ -38,7 +38,7 @@
 //! port of kubelet's enumeration.
 use std::collections::BTreeMap;
 
-use crate::topology::NumaMask;
+use crate::machine::NumaMask;
 
 use super::hint::{ProviderHints, TopologyHint};
 use super::numa_info::NumaInfo;

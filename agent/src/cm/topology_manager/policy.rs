@@ -206,8 +206,8 @@ mod tests {
     //! Table tests, each named after the kubelet `policy_*_test.go` row it mirrors. Rows run
     //! through both the merge in this crate and the cross-product reference.
     use super::*;
-    use crate::cm::topology::merge::reference;
-    use crate::topology::NumaMask;
+    use crate::cm::topology_manager::merge::reference;
+    use crate::machine::NumaMask;
 
     fn m(nodes: &[usize]) -> NumaMask {
         NumaMask::new(nodes).unwrap()

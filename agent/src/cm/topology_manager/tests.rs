@@ -7,8 +7,8 @@ use super::numa_info::NumaInfo;
 use super::policy::{MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES, Policy, PolicyName};
 use super::scope::{ERROR_TOPOLOGY_AFFINITY, ScopeName, TOPOLOGY_AFFINITY_MESSAGE};
 use super::*;
+use crate::machine::{NumaMask, synthetic};
 use crate::pods::model::{Container, ObjectMeta, Pod, PodSpec};
-use crate::topology::{NumaMask, synthetic};
 
 fn h(nodes: &[usize], preferred: bool) -> TopologyHint {
     TopologyHint::new(NumaMask::new(nodes).unwrap(), preferred)

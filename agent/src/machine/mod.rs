@@ -1,9 +1,11 @@
 //! The machine's topology: packages (sockets), NUMA nodes with their distances and memory,
 //! cores, SMT threads and L3 (uncore) caches, as one [`MachineTopology`] value.
 //!
-//! This module owns the topology data model and its invariants. Two sources produce it:
-//! [`machine`] reads the real host through hwloc (hwlocality), [`synthetic`] builds the shapes
-//! tests and benchmarks need without hwloc. [`bitmask`] holds [`NumaMask`], the NUMA node set
+//! This module owns the topology data model and its invariants (the *machine* topology; the
+//! topology *manager* is `cm::topology_manager`, the CPU manager's view `cm::cpu::cpu_topology`).
+//! Two sources produce it: [`hwloc`] reads the real host through hwloc (hwlocality), and
+//! `synthetic` (compiled for tests and with the `testing` feature, for benchmarks) builds the
+//! shapes tests need without hwloc. [`bitmask`] holds [`NumaMask`], the NUMA node set
 //! the topology manager and its hint providers exchange.
 //!
 //! Identifiers follow kubelet's `cpumanager/topology` (built from cAdvisor):
@@ -14,8 +16,12 @@
 //! - an uncore cache by the L3 cache's id, or, on machines without an L3, by the package id
 //!   (kubelet's fallback).
 pub mod bitmask;
-pub mod machine;
+pub mod hwloc;
+#[cfg(any(test, feature = "testing"))]
 pub mod synthetic;
+
+/// The local SLIT distance (a node's distance to itself).
+pub const LOCAL_DISTANCE: u64 = 10;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::cpuset::Cpus;
-use crate::topology::MachineTopology;
+use crate::machine::MachineTopology;
 
 /// Errors building a topology.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -430,7 +430,7 @@ mod tests {
 
     #[test]
     fn from_machine_keeps_kubelets_ids() {
-        let machine = crate::topology::synthetic::dual_socket_snc2().unwrap();
+        let machine = crate::machine::synthetic::dual_socket_snc2().unwrap();
         let topo = CpuTopology::from_machine(&machine).unwrap();
         assert_eq!(topo.num_cpus, machine.num_cpus());
         assert_eq!(topo.num_cores, machine.num_cores());

@@ -56,8 +56,7 @@ impl Default for SyntheticSpec {
     }
 }
 
-/// The local SLIT distance.
-pub const LOCAL_DISTANCE: u64 = 10;
+pub use super::LOCAL_DISTANCE;
 
 impl SyntheticSpec {
     /// Builds the topology.
@@ -192,7 +191,7 @@ pub fn vm_two_numa_four_cpus() -> Result<MachineTopology, TopologyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::NumaMask;
+    use crate::machine::NumaMask;
 
     #[test]
     fn dual_socket_snc2_shape() {
