@@ -18,6 +18,7 @@ mod cpu_time;
 mod numa;
 mod runq;
 mod slots;
+mod throttle;
 
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,

@@ -1,4 +1,4 @@
-//! Run-queue latency, preemption pairs and CFS throttle episodes.
+//! Run-queue latency and preemption pairs.
 //!
 //! The run-queue half of the sched_switch handler ([`Switch`]): the kernel already times
 //! every wait in `task->sched_info`: it adds each wait on a run queue to `run_delay` when the
@@ -12,23 +12,21 @@
 //! preemption and the wait it caused are counted against the pair, in the victim's slot (or
 //! the pair hash).
 //!
-//! `throttle_cfs_rq_fexit` / `unthrottle_cfs_rq_fentry`: one throttle episode per `cfs_rq`
-//! (a cgroup on one CPU), from the moment `throttle_cfs_rq` left it throttled to
-//! `unthrottle_cfs_rq`, recorded in a per-cgroup log2 histogram.
+//! The throttle-episode programs ([`crate::throttle`]) share this half's offsets, health
+//! counters and histogram helper.
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
-    macros::{fentry, fexit, map},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
-    programs::{FEntryContext, FExitContext},
+    macros::map,
+    maps::{Array, PerCpuArray, PerCpuHashMap},
 };
 use qosd_common::{
     HistBucket, HistKey, MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS, MAX_SLOTS, MAX_TASK_WAITS,
-    MAX_THROTTLED_CFS_RQS, PreemptKey, PreemptValue, RunqSlot, RunqStats, SchedOffsets, TaskWait,
-    log2_bucket, task_wait_index,
+    PreemptKey, PreemptValue, RunqSlot, RunqStats, SchedOffsets, TaskWait, log2_bucket,
+    task_wait_index,
 };
 
 use crate::cpu_time::PrevTask;
-use crate::{KernelRead, TaskCgroup, offsets, read_at};
+use crate::{KernelRead, TaskCgroup};
 
 /// Offsets beyond [`KernelOffsets`], written by user space before load.
 #[unsafe(no_mangle)]
@@ -67,31 +65,22 @@ static RUNQ_PREEMPT: PerCpuHashMap<PreemptKey, PreemptValue> =
 #[map]
 static RUNQ_STATS: PerCpuArray<RunqStats> = PerCpuArray::with_max_entries(1, 0);
 
-/// `struct cfs_rq *` -> when its throttle episode began.
-#[map]
-static THROTTLED_CFS_RQ: HashMap<u64, u64> = HashMap::with_max_entries(MAX_THROTTLED_CFS_RQS, 0);
-
-/// (cgroup, log2 bucket) -> throttle episodes in that bucket and their nanoseconds.
-#[map]
-static THROTTLE_HIST: PerCpuHashMap<HistKey, HistBucket> =
-    PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
-
 const BPF_ANY: u64 = 0;
-const BPF_NOEXIST: u64 = 1;
+pub(crate) const BPF_NOEXIST: u64 = 1;
 /// `TASK_RUNNING`: a task in this state when it leaves a CPU was preempted.
 const TASK_RUNNING: u32 = 0;
 /// `TASK_DEAD`: the state of a task's last switch out.
 const TASK_DEAD: u32 = 0x80;
 
 #[inline(always)]
-fn sched_offsets() -> &'static SchedOffsets {
+pub(crate) fn sched_offsets() -> &'static SchedOffsets {
     // SAFETY: plain-data static living for the program's run; see `crate::offsets` for why
     // its address is loaded through a volatile read.
     unsafe { &*core::ptr::read_volatile(&&raw const QOSD_SCHED_OFFSETS) }
 }
 
 #[inline(always)]
-fn stats() -> Option<&'static mut RunqStats> {
+pub(crate) fn stats() -> Option<&'static mut RunqStats> {
     let ptr = RUNQ_STATS.get_ptr_mut(0)?;
     // SAFETY: a successful per-CPU array lookup; programs run with preemption disabled, so
     // only this program invocation touches this CPU's slot meanwhile.
@@ -99,7 +88,7 @@ fn stats() -> Option<&'static mut RunqStats> {
 }
 
 #[inline(always)]
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     // SAFETY: bpf_ktime_get_ns has no preconditions; it reads CLOCK_MONOTONIC.
     unsafe { bpf_ktime_get_ns() }
 }
@@ -387,7 +376,11 @@ fn hist_add_slot(slot: u32, value_ns: u64) -> bool {
 /// Records `value_ns` in `cgroup_id`'s histogram (one lookup: the bucket's count and sum);
 /// true when the map refused a new entry.
 #[inline(always)]
-fn hist_add(map: &PerCpuHashMap<HistKey, HistBucket>, cgroup_id: u64, value_ns: u64) -> bool {
+pub(crate) fn hist_add(
+    map: &PerCpuHashMap<HistKey, HistBucket>,
+    cgroup_id: u64,
+    value_ns: u64,
+) -> bool {
     let key = HistKey {
         cgroup_id,
         bucket: log2_bucket(value_ns),
@@ -408,84 +401,4 @@ fn hist_add(map: &PerCpuHashMap<HistKey, HistBucket>, cgroup_id: u64, value_ns: 
         };
         map.insert(key, first, BPF_ANY).is_err()
     }
-}
-
-#[fexit(function = "throttle_cfs_rq")]
-#[expect(
-    clippy::needless_pass_by_value,
-    reason = "aya's program macros hand over the context by value"
-)]
-pub fn throttle_cfs_rq_fexit(ctx: FExitContext) -> i32 {
-    // throttle_cfs_rq(struct cfs_rq *cfs_rq): it may decline to throttle (runtime could still
-    // be assigned), so the cfs_rq's own `throttled` flag decides.
-    let cfs_rq: *const u8 = ctx.arg(0);
-    let soff = sched_offsets();
-    if soff.configured == 0 {
-        return 0;
-    }
-    let Ok(throttled) = read_at::<i32>(cfs_rq, soff.cfs_rq_throttled) else {
-        return 0;
-    };
-    if throttled == 0 {
-        return 0;
-    }
-    let key = cfs_rq as u64;
-    if THROTTLED_CFS_RQ.get_ptr(key).is_some() {
-        return 0;
-    }
-    if THROTTLED_CFS_RQ.insert(key, now_ns(), BPF_NOEXIST).is_err()
-        && let Some(stats) = stats()
-    {
-        stats.throttle_dropped += 1;
-    }
-    0
-}
-
-#[fentry(function = "unthrottle_cfs_rq")]
-#[expect(
-    clippy::needless_pass_by_value,
-    reason = "aya's program macros hand over the context by value"
-)]
-pub fn unthrottle_cfs_rq_fentry(ctx: FEntryContext) -> i32 {
-    let cfs_rq: *const u8 = ctx.arg(0);
-    let key = cfs_rq as u64;
-    let Some(start) = THROTTLED_CFS_RQ.get_ptr(key) else {
-        return 0;
-    };
-    // SAFETY: the pointer comes from a successful lookup; the value is copied out at once.
-    let start = unsafe { *start };
-    let _ = THROTTLED_CFS_RQ.remove(key);
-    let now = now_ns();
-    let Some(stats) = stats() else {
-        return 0;
-    };
-    if now <= start {
-        return 0;
-    }
-    let Ok(cgroup) = cfs_rq_cgroup_id(cfs_rq) else {
-        stats.read_errors += 1;
-        return 0;
-    };
-    let duration = now - start;
-    let dropped = hist_add(&THROTTLE_HIST, cgroup, duration);
-    if dropped {
-        stats.throttle_dropped += 1;
-    } else {
-        stats.throttle_episodes += 1;
-    }
-    0
-}
-
-/// `cfs_rq->tg->css.cgroup->kn->id`.
-#[inline(always)]
-fn cfs_rq_cgroup_id(cfs_rq: *const u8) -> Result<u64, ()> {
-    let off = offsets();
-    let soff = sched_offsets();
-    let tg: *const u8 = read_at(cfs_rq, soff.cfs_rq_tg)?;
-    if tg.is_null() {
-        return Err(());
-    }
-    let cgroup: *const u8 = read_at(tg.wrapping_add(soff.tg_css as usize), off.css_cgroup)?;
-    let kn: *const u8 = read_at(cgroup, off.cgroup_kn)?;
-    read_at(kn, off.kernfs_node_id)
 }

@@ -2,12 +2,13 @@
 //! kernel cgroup id maps back to a cgroup path ([`hierarchy`]), through the one tree walker
 //! ([`walk`]); cgroup names and their spellings ([`name`]), resource settings ([`resources`])
 //! and the files that hold them ([`files`]), CPU lists ([`cpuset`]), statistics readers
-//! ([`stats`]), and the cgroup backends ([`backend`] the read and write interfaces,
+//! ([`stats`]) and the CFS counters of the whole tree ([`cfs`]), and the cgroup backends ([`backend`] the read and write interfaces,
 //! [`cgroupfs`] the implementation on cgroupfs, with [`v1`] / [`v2`] specifics).
 //!
 //! This folder and the container manager are the only code that opens a cgroup file for
 //! writing (`agent/tests/one_writer.rs` fails otherwise).
 pub mod backend;
+pub mod cfs;
 pub mod cgroupfs;
 pub mod cpuset;
 pub mod files;

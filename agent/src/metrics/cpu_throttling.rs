@@ -10,8 +10,8 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::families::{as_f64, cgroup_labels, family};
+use crate::cgroup::cfs::{CfsCounters, read_cfs_counters};
 use crate::cm::index::WorkloadIndex;
-use crate::probes::throttle::read_cfs_counters;
 
 const PERIODS: &str = "qosd_cpu_periods_total";
 const PERIODS_HELP: &str = "CFS enforcement periods that elapsed (cpu.stat nr_periods)";
@@ -75,7 +75,7 @@ impl Collector for CpuThrottlingCollector {
             }
         };
         counters.sort_by(|a, b| a.path.cmp(&b.path));
-        let series = |value: &dyn Fn(&crate::probes::throttle::CfsCounters) -> f64| {
+        let series = |value: &dyn Fn(&CfsCounters) -> f64| {
             counters
                 .iter()
                 .map(|c| {

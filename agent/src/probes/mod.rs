@@ -7,7 +7,7 @@
 //! - [`cpu_time`]: on-CPU time per cgroup from sched_switch.
 //! - [`runqlat`]: run-queue latency and preemption pairs per cgroup.
 //! - [`slots`]: which cgroup owns which counter slot of the sched_switch handler.
-//! - [`throttle`]: CFS throttle episodes (fentry) and `cpu.stat` counters.
+//! - [`throttle`]: CFS throttle episodes (fexit/fentry).
 //! - [`numa`]: NUMA hinting faults, page allocations and task migrations, local or remote.
 pub mod btf;
 pub mod cpu_time;
