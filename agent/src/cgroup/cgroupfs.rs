@@ -132,7 +132,7 @@ impl CgroupfsBackend {
             root,
             reserved: Vec::new(),
             style,
-            page_size: crate::numa::layout::page_size(),
+            page_size: crate::numa::node_layout::page_size(),
         }
     }
 

@@ -16,7 +16,7 @@ use crate::feedback::{
     PreemptionSource, Preemptions, Snapshot,
 };
 use crate::numa::NumaStat;
-use crate::numa::layout::page_size;
+use crate::numa::node_layout::page_size;
 use crate::pods::qos::QosClass;
 
 use super::index::WorkloadIndex;

@@ -108,7 +108,7 @@ impl NumaMemoryReader {
     /// A reader for the system's cgroups; `None` when no hierarchy has the memory controller.
     #[must_use]
     pub fn for_layout(cgroups: &CgroupLayout, layout: NodeLayout) -> Option<Self> {
-        let page_size = super::layout::page_size();
+        let page_size = super::node_layout::page_size();
         if let Some(memory) = cgroups.v1.get("memory") {
             return Some(Self {
                 memory_root: memory.clone(),

@@ -1,7 +1,7 @@
 //! The machine's NUMA layout as the kernel reports it, and where a cgroup's memory lives.
 //!
 //! This module owns the user-space half of qosd's cross-NUMA view:
-//! - [`layout`]: which node each CPU belongs to (`/sys/devices/system/node/node*/cpulist`) and
+//! - [`node_layout`]: which node each CPU belongs to (`/sys/devices/system/node/node*/cpulist`) and
 //!   which node each physical page frame belongs to (memory blocks under
 //!   `/sys/devices/system/node/node*/memory*`, else `/proc/zoneinfo` zone spans), as the
 //!   tables the kernel programs look up ([`qosd_common::NumaConfig`]);
@@ -13,11 +13,11 @@
 //! The machine topology for the resource managers (packages, cores, caches) comes from hwloc in
 //! [`crate::machine`]; this module reads the kernel's own files because the probes need the
 //! page-frame ranges hwloc does not give, and the kernel's numbering is what the probes see.
-pub mod layout;
+pub mod node_layout;
 pub mod memory;
 pub mod migrate;
 
-pub use layout::{LayoutError, NodeLayout, RangeSource};
+pub use node_layout::{NodeLayout, NodeLayoutError, RangeSource};
 pub use memory::{CgroupNumaMemory, MemoryError, NumaMemoryReader, NumaStat};
 
 /// Whether memory (or an event) is on the node of the CPU that uses it.

@@ -24,7 +24,7 @@ use qosd_common::{LocalityCounts, NumaConfig, NumaStats, names};
 
 use super::btf::{BtfError, KernelBtf};
 use super::{AttachError, EBPF_OBJECT, ProbeMode, error_chain, program_as};
-use crate::numa::{LayoutError, NodeLayout};
+use crate::numa::{NodeLayout, NodeLayoutError};
 
 /// Probe names in `qosd check` and `qosd_probe_info{probe}`.
 pub const HINT_FAULT_PROBE: &str = "numa_hint_fault";
@@ -50,7 +50,7 @@ pub enum NumaProbeError {
     #[error("reading kernel struct offsets: {0}")]
     Offsets(#[from] BtfError),
     #[error("reading the NUMA layout: {0}")]
-    Layout(#[from] LayoutError),
+    Layout(#[from] NodeLayoutError),
     #[error("loading the kernel object: {0}")]
     Load(String),
     #[error("map {map}: {detail}")]

@@ -15,14 +15,14 @@ use qosd_common::{MAX_CPUS, MAX_PFN_RANGES, NumaConfig, PfnRange};
 
 use crate::cgroup::CpuSet;
 
-/// Why a layout has no page-frame ranges: the [`LayoutError`] met reading them, kept as its
+/// Why a layout has no page-frame ranges: the [`NodeLayoutError`] met reading them, kept as its
 /// text so the layout stays comparable and clonable (the probe reports it as its reason).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct RangesProblem(String);
 
 /// Errors while reading the NUMA layout.
 #[derive(Debug, thiserror::Error)]
-pub enum LayoutError {
+pub enum NodeLayoutError {
     #[error("reading {path}: {source}")]
     Read {
         path: PathBuf,
@@ -110,7 +110,7 @@ pub struct NodeLayout {
 
 impl NodeLayout {
     /// Reads the running system's layout.
-    pub fn read_system() -> Result<Self, LayoutError> {
+    pub fn read_system() -> Result<Self, NodeLayoutError> {
         Self::read(&LayoutPaths::system(), page_size())
     }
 
@@ -118,7 +118,7 @@ impl NodeLayout {
     /// the CPU table is required: when no usable page-frame ranges are found the layout has
     /// none and [`Self::ranges_problem`] says why (the page-allocation probe then cannot run,
     /// everything else can).
-    pub fn read(paths: &LayoutPaths, page_size: u64) -> Result<Self, LayoutError> {
+    pub fn read(paths: &LayoutPaths, page_size: u64) -> Result<Self, NodeLayoutError> {
         let cpu_node = read_cpu_nodes(paths)?;
         let (ranges, source) = match read_ranges(paths, page_size) {
             Ok((ranges, source)) => (ranges, Ok(source)),
@@ -135,7 +135,7 @@ impl NodeLayout {
     pub fn from_parts(
         cpu_node: BTreeMap<u32, u32>,
         ranges: Vec<PfnRange>,
-    ) -> Result<Self, LayoutError> {
+    ) -> Result<Self, NodeLayoutError> {
         Ok(Self {
             cpu_node,
             ranges: merge(ranges)?,
@@ -198,21 +198,21 @@ impl NodeLayout {
     }
 
     /// Writes the CPU and page-frame tables into the kernel programs' configuration.
-    pub fn fill(&self, config: &mut NumaConfig) -> Result<(), LayoutError> {
+    pub fn fill(&self, config: &mut NumaConfig) -> Result<(), NodeLayoutError> {
         for (&cpu, &node) in &self.cpu_node {
             let slot = config
                 .cpu_node
                 .get_mut(cpu as usize)
-                .ok_or(LayoutError::CpuTooHigh { cpu })?;
+                .ok_or(NodeLayoutError::CpuTooHigh { cpu })?;
             *slot = node;
         }
         let count = self.ranges.len();
         if count > config.ranges.len() {
-            return Err(LayoutError::TooManyRanges { count });
+            return Err(NodeLayoutError::TooManyRanges { count });
         }
         config.ranges[..count].copy_from_slice(&self.ranges);
         config.nr_ranges =
-            u32::try_from(count).map_err(|_| LayoutError::TooManyRanges { count })?;
+            u32::try_from(count).map_err(|_| NodeLayoutError::TooManyRanges { count })?;
         Ok(())
     }
 }
@@ -229,7 +229,7 @@ pub fn page_size() -> u64 {
 fn read_ranges(
     paths: &LayoutPaths,
     page_size: u64,
-) -> Result<(Vec<PfnRange>, RangeSource), LayoutError> {
+) -> Result<(Vec<PfnRange>, RangeSource), NodeLayoutError> {
     if let Some(blocks) = read_memory_blocks(paths, page_size)? {
         let ranges = merge(blocks)?;
         if ranges.len() <= MAX_PFN_RANGES as usize {
@@ -242,26 +242,26 @@ fn read_ranges(
     }
     let ranges = merge(parse_zoneinfo(&read(&paths.zoneinfo)?))?;
     if ranges.len() > MAX_PFN_RANGES as usize {
-        return Err(LayoutError::TooManyRanges {
+        return Err(NodeLayoutError::TooManyRanges {
             count: ranges.len(),
         });
     }
     if ranges.is_empty() {
-        return Err(LayoutError::NoRanges);
+        return Err(NodeLayoutError::NoRanges);
     }
     Ok((ranges, RangeSource::ZoneInfo))
 }
 
-fn read(path: &Path) -> Result<String, LayoutError> {
-    std::fs::read_to_string(path).map_err(|source| LayoutError::Read {
+fn read(path: &Path) -> Result<String, NodeLayoutError> {
+    std::fs::read_to_string(path).map_err(|source| NodeLayoutError::Read {
         path: path.to_owned(),
         source,
     })
 }
 
 /// `node<N>` directories: (N, path).
-fn node_dirs(node_dir: &Path) -> Result<Vec<(u32, PathBuf)>, LayoutError> {
-    let entries = std::fs::read_dir(node_dir).map_err(|source| LayoutError::Read {
+fn node_dirs(node_dir: &Path) -> Result<Vec<(u32, PathBuf)>, NodeLayoutError> {
+    let entries = std::fs::read_dir(node_dir).map_err(|source| NodeLayoutError::Read {
         path: node_dir.to_owned(),
         source,
     })?;
@@ -277,12 +277,12 @@ fn node_dirs(node_dir: &Path) -> Result<Vec<(u32, PathBuf)>, LayoutError> {
     Ok(nodes)
 }
 
-fn read_cpu_nodes(paths: &LayoutPaths) -> Result<BTreeMap<u32, u32>, LayoutError> {
+fn read_cpu_nodes(paths: &LayoutPaths) -> Result<BTreeMap<u32, u32>, NodeLayoutError> {
     let mut cpu_node = BTreeMap::new();
     if !paths.node_dir.exists() {
         // No NUMA support in the kernel: one node with every CPU.
         let text = read(&paths.cpu_possible)?;
-        let cpus = CpuSet::parse(&text).map_err(|e| LayoutError::Malformed {
+        let cpus = CpuSet::parse(&text).map_err(|e| NodeLayoutError::Malformed {
             path: paths.cpu_possible.clone(),
             reason: e.to_string(),
         })?;
@@ -291,7 +291,7 @@ fn read_cpu_nodes(paths: &LayoutPaths) -> Result<BTreeMap<u32, u32>, LayoutError
     }
     for (node, dir) in node_dirs(&paths.node_dir)? {
         let file = dir.join("cpulist");
-        let cpus = CpuSet::parse(&read(&file)?).map_err(|e| LayoutError::Malformed {
+        let cpus = CpuSet::parse(&read(&file)?).map_err(|e| NodeLayoutError::Malformed {
             path: file.clone(),
             reason: e.to_string(),
         })?;
@@ -305,26 +305,26 @@ fn read_cpu_nodes(paths: &LayoutPaths) -> Result<BTreeMap<u32, u32>, LayoutError
 fn read_memory_blocks(
     paths: &LayoutPaths,
     page_size: u64,
-) -> Result<Option<Vec<PfnRange>>, LayoutError> {
+) -> Result<Option<Vec<PfnRange>>, NodeLayoutError> {
     let size_file = paths.memory_dir.join("block_size_bytes");
     if !size_file.exists() || !paths.node_dir.exists() {
         return Ok(None);
     }
     let text = read(&size_file)?;
-    let block_bytes = u64::from_str_radix(text.trim(), 16).map_err(|e| LayoutError::Malformed {
+    let block_bytes = u64::from_str_radix(text.trim(), 16).map_err(|e| NodeLayoutError::Malformed {
         path: size_file.clone(),
         reason: format!("{:?} is not a hexadecimal size: {e}", text.trim()),
     })?;
     let block_pages = block_bytes / page_size.max(1);
     if block_pages == 0 {
-        return Err(LayoutError::Malformed {
+        return Err(NodeLayoutError::Malformed {
             path: size_file,
             reason: format!("block size {block_bytes} is below one page"),
         });
     }
     let mut ranges = Vec::new();
     for (node, dir) in node_dirs(&paths.node_dir)? {
-        let entries = std::fs::read_dir(&dir).map_err(|source| LayoutError::Read {
+        let entries = std::fs::read_dir(&dir).map_err(|source| NodeLayoutError::Read {
             path: dir.clone(),
             source,
         })?;
@@ -376,7 +376,7 @@ fn parse_zoneinfo(text: &str) -> Vec<PfnRange> {
 }
 
 /// Sorts ranges and merges those of one node that touch or overlap.
-fn merge(mut ranges: Vec<PfnRange>) -> Result<Vec<PfnRange>, LayoutError> {
+fn merge(mut ranges: Vec<PfnRange>) -> Result<Vec<PfnRange>, NodeLayoutError> {
     ranges.retain(|r| r.end > r.start);
     ranges.sort_by_key(|r| (r.start, r.end));
     let mut merged: Vec<PfnRange> = Vec::with_capacity(ranges.len());
@@ -386,7 +386,7 @@ fn merge(mut ranges: Vec<PfnRange>) -> Result<Vec<PfnRange>, LayoutError> {
                 last.end = last.end.max(range.end);
             }
             Some(last) if range.start < last.end => {
-                return Err(LayoutError::Overlap {
+                return Err(NodeLayoutError::Overlap {
                     first: last.node,
                     second: range.node,
                     pfn: range.start,
