@@ -9,10 +9,14 @@
 //! read from the running kernel's BTF ([`KernelOffsets`]), so this one object serves every
 //! supported kernel.
 //!
-//! [`runq`] also holds the CFS throttle-episode programs (fentry/fexit).
+//! [`throttle`]: the CFS throttle-episode programs (fexit/fentry).
 //! [`numa`]: NUMA hinting faults, page allocations and task migrations, local or remote.
 #![no_std]
 #![no_main]
+#![allow(
+    unreachable_pub,
+    reason = "the programs are found by the loader through their exported symbols (aya's macros make them #[no_mangle]), not through a Rust path"
+)]
 
 mod cpu_time;
 mod numa;

@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running agent. Its log goes to a file that is shown when a case fails.
-pub struct Agent {
+pub(crate) struct Agent {
     child: Option<Child>,
     pub addr: SocketAddr,
     log: PathBuf,
@@ -15,12 +15,12 @@ pub struct Agent {
 
 impl Agent {
     /// Starts `qosd run` and waits up to `ready_within` for `/healthz`.
-    pub fn start(qosd: &Path, ready_within: Duration) -> Result<Self, String> {
+    pub(crate) fn start(qosd: &Path, ready_within: Duration) -> Result<Self, String> {
         Self::start_with(qosd, &[], ready_within)
     }
 
     /// Starts `qosd run EXTRA...` and waits up to `ready_within` for `/healthz`.
-    pub fn start_with(
+    pub(crate) fn start_with(
         qosd: &Path,
         extra: &[String],
         ready_within: Duration,
@@ -66,7 +66,7 @@ impl Agent {
     }
 
     /// The last lines qosd logged, for failure messages.
-    pub fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines[lines.len().saturating_sub(20)..].join("\n");
@@ -74,18 +74,18 @@ impl Agent {
     }
 
     /// The body of `/metrics`.
-    pub fn scrape(&self) -> Result<String, String> {
+    pub(crate) fn scrape(&self) -> Result<String, String> {
         http_get(self.addr, "/metrics")
     }
 
     /// The process id.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
     /// Sends `signal` and waits up to `within` for the exit; returns the status and how long
     /// the agent took.
-    pub fn stop(
+    pub(crate) fn stop(
         &mut self,
         signal: i32,
         within: Duration,
@@ -124,14 +124,14 @@ impl Drop for Agent {
 }
 
 /// A port that was free a moment ago.
-pub fn free_port() -> Result<SocketAddr, String> {
+pub(crate) fn free_port() -> Result<SocketAddr, String> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
     listener.local_addr().map_err(|e| e.to_string())
 }
 
 /// A minimal HTTP/1.1 GET returning the body of a 200 response.
-pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
     let mut stream =
         TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
     stream
@@ -160,7 +160,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
 
 /// The value of the sample `name{labels}` in a Prometheus text exposition, where `labels`
 /// is the exact label set as qosd renders it (sorted, `k="v"` joined by commas).
-pub fn sample_value(text: &str, name: &str, labels: &str) -> Option<f64> {
+pub(crate) fn sample_value(text: &str, name: &str, labels: &str) -> Option<f64> {
     let key = if labels.is_empty() {
         format!("{name} ")
     } else {
@@ -172,7 +172,7 @@ pub fn sample_value(text: &str, name: &str, labels: &str) -> Option<f64> {
 }
 
 /// Every sample of metric `name` with its labels, in exposition order.
-pub fn samples(text: &str, name: &str) -> Vec<(Vec<(String, String)>, f64)> {
+pub(crate) fn samples(text: &str, name: &str) -> Vec<(Vec<(String, String)>, f64)> {
     let prefix = format!("{name}{{");
     text.lines()
         .filter_map(|line| {
@@ -190,7 +190,7 @@ pub fn samples(text: &str, name: &str) -> Vec<(Vec<(String, String)>, f64)> {
 }
 
 /// The sum of the samples of `name` whose labels include every `(key, value)` of `with`.
-pub fn sum_where(text: &str, name: &str, with: &[(&str, &str)]) -> f64 {
+pub(crate) fn sum_where(text: &str, name: &str, with: &[(&str, &str)]) -> f64 {
     samples(text, name)
         .into_iter()
         .filter(|(labels, _)| {

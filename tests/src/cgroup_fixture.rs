@@ -8,7 +8,7 @@ use qosd::cgroup::CgroupLayout;
 
 /// A test subtree `/<name>` in the cpu hierarchy, and on v1 also in cpuacct (the kernel's
 /// own CPU accounting there).
-pub struct TestCgroups {
+pub(crate) struct TestCgroups {
     /// Directories created, deepest last.
     created: Vec<PathBuf>,
     /// Hierarchy roots to place workloads in (cpu, and cpuacct when separate).
@@ -22,7 +22,7 @@ pub struct TestCgroups {
 
 /// How the kernel reports a cgroup's CPU usage.
 #[derive(Clone, Debug)]
-pub enum Accounting {
+pub(crate) enum Accounting {
     /// v1: `cpuacct.usage` (nanoseconds) under this hierarchy root.
     CpuacctUsage(PathBuf),
     /// v2: `usage_usec` in `cpu.stat` under this root.
@@ -32,7 +32,7 @@ pub enum Accounting {
 impl TestCgroups {
     /// Creates `/<prefix>-<pid>-<nanos>` in the hierarchies CPU time is attributed and
     /// accounted in.
-    pub fn create(prefix: &str) -> Result<Self, String> {
+    pub(crate) fn create(prefix: &str) -> Result<Self, String> {
         let layout = CgroupLayout::detect().map_err(|e| e.to_string())?;
         let cpu = layout
             .cpu_hierarchy()
@@ -72,7 +72,7 @@ impl TestCgroups {
     /// The same, also in the memory hierarchy (v1) or with the memory and cpuset controllers
     /// enabled for the subtree's children (v2), for cases that read `memory.numa_stat` and
     /// set `cpuset.cpus` / `cpuset.mems`.
-    pub fn create_with_memory(prefix: &str) -> Result<Self, String> {
+    pub(crate) fn create_with_memory(prefix: &str) -> Result<Self, String> {
         let layout = CgroupLayout::detect().map_err(|e| e.to_string())?;
         let mut this = Self::create(prefix)?;
         if let Some(memory) = layout.v1.get("memory") {
@@ -97,12 +97,12 @@ impl TestCgroups {
     }
 
     /// The directory of `/<name>/<child>` in the hierarchy mounted at `root`.
-    pub fn dir_in(&self, root: &Path, child: &str) -> PathBuf {
+    pub(crate) fn dir_in(&self, root: &Path, child: &str) -> PathBuf {
         root.join(&self.name).join(child)
     }
 
     /// Kills every started workload (for workloads that outlive their measurement).
-    pub fn kill_all(&mut self) {
+    pub(crate) fn kill_all(&mut self) {
         for mut child in self.children.drain(..) {
             let _ = child.kill();
             let _ = child.wait();
@@ -110,7 +110,7 @@ impl TestCgroups {
     }
 
     /// Creates the child cgroup `/<name>/<child>` in every hierarchy.
-    pub fn mkdir(&mut self, child: &str) -> Result<(), String> {
+    pub(crate) fn mkdir(&mut self, child: &str) -> Result<(), String> {
         for root in self.roots.clone() {
             let dir = root.join(&self.name).join(child);
             std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
@@ -120,13 +120,18 @@ impl TestCgroups {
     }
 
     /// The cgroup path of a child as qosd labels it: `/<name>/<child>`.
-    pub fn label(&self, child: &str) -> String {
+    pub(crate) fn label(&self, child: &str) -> String {
         format!("/{}/{child}", self.name)
     }
 
     /// Starts `program args` as a process inside `/<name>/<child>` in every hierarchy (the
     /// shell moves itself, then execs), so no instant of the workload runs outside it.
-    pub fn spawn_in(&mut self, child: &str, program: &Path, args: &[&str]) -> Result<u32, String> {
+    pub(crate) fn spawn_in(
+        &mut self,
+        child: &str,
+        program: &Path,
+        args: &[&str],
+    ) -> Result<u32, String> {
         let mut script = String::new();
         for root in &self.roots {
             let procs = root.join(&self.name).join(child).join("cgroup.procs");
@@ -149,7 +154,7 @@ impl TestCgroups {
     }
 
     /// Waits for every started workload to exit; an exit status other than 0 is an error.
-    pub fn wait_all(&mut self) -> Result<(), String> {
+    pub(crate) fn wait_all(&mut self) -> Result<(), String> {
         for mut child in self.children.drain(..) {
             let status = child
                 .wait()
@@ -162,7 +167,7 @@ impl TestCgroups {
     }
 
     /// The kernel's own CPU usage of `/<name>/<child>`, in seconds.
-    pub fn kernel_cpu_seconds(&self, child: &str) -> Result<f64, String> {
+    pub(crate) fn kernel_cpu_seconds(&self, child: &str) -> Result<f64, String> {
         match &self.accounting {
             Accounting::CpuacctUsage(root) => {
                 let file = root.join(&self.name).join(child).join("cpuacct.usage");
@@ -192,7 +197,7 @@ impl TestCgroups {
     }
 
     /// Which kernel file the accounting comes from, for messages.
-    pub fn accounting_source(&self) -> &'static str {
+    pub(crate) fn accounting_source(&self) -> &'static str {
         match self.accounting {
             Accounting::CpuacctUsage(_) => "cpuacct.usage",
             Accounting::CpuStatUsage(_) => "cpu.stat usage_usec",

@@ -12,25 +12,25 @@ const CASE_LIMIT: Duration = Duration::from_secs(180);
 
 /// What a case concluded.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Pass(String),
     Fail(String),
     Skip(String),
 }
 
 /// Shorthand for a failing outcome from any displayable error.
-pub fn fail(detail: impl std::fmt::Display) -> Outcome {
+pub(crate) fn fail(detail: impl std::fmt::Display) -> Outcome {
     Outcome::Fail(detail.to_string())
 }
 
 /// A named case.
-pub struct Case {
+pub(crate) struct Case {
     pub name: &'static str,
     pub run: fn(&Context) -> Outcome,
 }
 
 /// What every case may use.
-pub struct Context {
+pub(crate) struct Context {
     /// The qosd binary under test.
     pub qosd: std::path::PathBuf,
     /// This binary, re-executed as a workload (`spin`, `sleep`).
@@ -40,7 +40,7 @@ pub struct Context {
 }
 
 /// Runs the cases whose name contains `filter`, prints results; returns the failure count.
-pub fn run_all(cases: &[Case], ctx: &Context, filter: Option<&str>) -> usize {
+pub(crate) fn run_all(cases: &[Case], ctx: &Context, filter: Option<&str>) -> usize {
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     let watchdog = start_watchdog();
     for case in cases

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use qosd::cgroup::CgroupLayout;
 
 /// Files a case writes outside cgroupfs (manifests, config, container logs), removed on drop.
-pub struct TempPaths(pub Vec<PathBuf>);
+pub(crate) struct TempPaths(pub Vec<PathBuf>);
 
 impl Drop for TempPaths {
     fn drop(&mut self) {
@@ -17,7 +17,7 @@ impl Drop for TempPaths {
 }
 
 /// Where the test's cgroups live in each hierarchy, and how to read a setting on this layout.
-pub struct Hierarchies {
+pub(crate) struct Hierarchies {
     pub layout: CgroupLayout,
     /// The test root's name: qosd's `--cgroup-root` is `/<root_name>`.
     pub root_name: String,
@@ -26,7 +26,7 @@ pub struct Hierarchies {
 impl Hierarchies {
     /// A uniquely named test root `<prefix>-<pid>-<nanos>` on the detected layout (created by
     /// qosd, not here).
-    pub fn new(prefix: &str) -> Result<Self, String> {
+    pub(crate) fn new(prefix: &str) -> Result<Self, String> {
         let layout = CgroupLayout::detect().map_err(|e| e.to_string())?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -39,7 +39,7 @@ impl Hierarchies {
     }
 
     /// Mount points of the hierarchies the container manager writes.
-    pub fn mounts(&self) -> Vec<PathBuf> {
+    pub(crate) fn mounts(&self) -> Vec<PathBuf> {
         match &self.layout.unified {
             Some(u) if self.layout.v1.is_empty() => vec![u.clone()],
             _ => {
@@ -53,12 +53,12 @@ impl Hierarchies {
         }
     }
 
-    pub fn v2(&self) -> bool {
+    pub(crate) fn v2(&self) -> bool {
         self.layout.v1.is_empty()
     }
 
     /// Path of `relative` (under the test root) in the hierarchy holding `controller`.
-    pub fn path(&self, controller: &str, relative: &str) -> PathBuf {
+    pub(crate) fn path(&self, controller: &str, relative: &str) -> PathBuf {
         let mount = if self.v2() {
             self.layout.unified.clone().unwrap_or_default()
         } else {
@@ -69,7 +69,12 @@ impl Hierarchies {
             .join(relative.trim_start_matches('/'))
     }
 
-    pub fn read(&self, controller: &str, relative: &str, file: &str) -> Result<String, String> {
+    pub(crate) fn read(
+        &self,
+        controller: &str,
+        relative: &str,
+        file: &str,
+    ) -> Result<String, String> {
         let path = self.path(controller, relative).join(file);
         std::fs::read_to_string(&path)
             .map(|s| s.trim().to_owned())
@@ -77,7 +82,7 @@ impl Hierarchies {
     }
 
     /// (controller, file, expected) for cpu weight and limit and memory limit on this layout.
-    pub fn expected(
+    pub(crate) fn expected(
         &self,
         shares: u64,
         quota_us: Option<u64>,
@@ -114,7 +119,7 @@ impl Hierarchies {
         }
     }
 
-    pub fn check(&self, relative: &str, expected: &[(&str, &str, String)]) -> Vec<String> {
+    pub(crate) fn check(&self, relative: &str, expected: &[(&str, &str, String)]) -> Vec<String> {
         expected
             .iter()
             .filter_map(
@@ -128,7 +133,7 @@ impl Hierarchies {
     }
 
     /// Directories left under the test root in any hierarchy.
-    pub fn leftovers(&self) -> Vec<PathBuf> {
+    pub(crate) fn leftovers(&self) -> Vec<PathBuf> {
         self.mounts()
             .iter()
             .map(|m| m.join(&self.root_name))
@@ -174,7 +179,7 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Polls `f` every 200 ms until it succeeds or `within` has passed (then its last error).
-pub fn wait_for<T>(
+pub(crate) fn wait_for<T>(
     what: &str,
     within: Duration,
     mut f: impl FnMut() -> Result<T, String>,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// The highest-numbered CPU this process may use (away from CPU 0's housekeeping).
-pub fn last_allowed_cpu() -> Result<usize, String> {
+pub(crate) fn last_allowed_cpu() -> Result<usize, String> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
@@ -24,7 +24,7 @@ pub fn last_allowed_cpu() -> Result<usize, String> {
 /// Waits until the spawning shell `pid` has executed the workload (its `comm` is no longer
 /// `sh`): under emulation an exec can take a while, and a workload not yet spinning would
 /// leave the measuring window without contention.
-pub fn wait_exec(pid: u32) -> Result<(), String> {
+pub(crate) fn wait_exec(pid: u32) -> Result<(), String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -42,7 +42,7 @@ pub fn wait_exec(pid: u32) -> Result<(), String> {
 }
 
 /// Pins process `pid` (and the threads it starts later) to `cpu`.
-pub fn pin(pid: u32, cpu: usize) -> Result<(), String> {
+pub(crate) fn pin(pid: u32, cpu: usize) -> Result<(), String> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `cpu` is a CPU this process may use, below CPU_SETSIZE.
@@ -61,7 +61,7 @@ pub fn pin(pid: u32, cpu: usize) -> Result<(), String> {
 
 /// The value of `key` in a `/proc/<pid>/…` file of `key: value` lines (`status`, `sched`),
 /// the first number after the separator (`RssAnon:  65536 kB` gives 65536).
-pub fn proc_value(pid: u32, file: &str, key: &str) -> Option<u64> {
+pub(crate) fn proc_value(pid: u32, file: &str, key: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
     text.lines().find_map(|line| {
         let (name, value) = line.split_once(':')?;
@@ -70,7 +70,7 @@ pub fn proc_value(pid: u32, file: &str, key: &str) -> Option<u64> {
 }
 
 /// A counter of `/proc/vmstat`.
-pub fn vmstat(key: &str) -> Option<u64> {
+pub(crate) fn vmstat(key: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/vmstat").ok()?;
     text.lines().find_map(|line| {
         let (name, value) = line.split_once(' ')?;
@@ -80,7 +80,7 @@ pub fn vmstat(key: &str) -> Option<u64> {
 
 /// The kernel's NUMA nodes and their CPUs (`/sys/devices/system/node/node*/cpulist`); one
 /// node with every allowed CPU on kernels without NUMA support.
-pub fn node_cpus() -> Result<std::collections::BTreeMap<u32, Vec<usize>>, String> {
+pub(crate) fn node_cpus() -> Result<std::collections::BTreeMap<u32, Vec<usize>>, String> {
     let dir = std::path::Path::new("/sys/devices/system/node");
     let mut nodes = std::collections::BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -112,11 +112,11 @@ pub fn node_cpus() -> Result<std::collections::BTreeMap<u32, Vec<usize>>, String
 const NUMA_BALANCING: &str = "/proc/sys/kernel/numa_balancing";
 
 /// `kernel.numa_balancing` set for a case, the old value put back on drop.
-pub struct NumaBalancing(Option<String>);
+pub(crate) struct NumaBalancing(Option<String>);
 
 impl NumaBalancing {
     /// Turns NUMA balancing on (`true`) or off for as long as the value lives.
-    pub fn set(on: bool) -> Result<Self, String> {
+    pub(crate) fn set(on: bool) -> Result<Self, String> {
         let old = std::fs::read_to_string(NUMA_BALANCING)
             .map_err(|e| format!("{NUMA_BALANCING}: {e}"))?;
         std::fs::write(NUMA_BALANCING, if on { "1" } else { "0" })

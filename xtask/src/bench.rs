@@ -35,7 +35,7 @@ struct Figure {
 }
 
 /// Runs every benchmark (or those whose id contains `filter`) and prints the figures.
-pub fn run(filter: Option<&str>) -> Result<()> {
+pub(crate) fn run(filter: Option<&str>) -> Result<()> {
     let started = Instant::now();
     let mut figures = Vec::new();
     for bench in BENCHES {

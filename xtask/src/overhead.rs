@@ -58,7 +58,7 @@ struct Row {
 }
 
 /// Runs the measurement with the release `qosd` binary and prints the table.
-pub fn run(qosd: &Path) -> Result<()> {
+pub(crate) fn run(qosd: &Path) -> Result<()> {
     if !crate::is_root() {
         println!("eBPF overhead: skipped (needs root to load programs and enable bpf_stats)");
         return Ok(());

@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::setup;
 
 /// Builds and runs `qosd run ARGS`.
-pub fn run(args: &[String]) -> Result<()> {
+pub(crate) fn run(args: &[String]) -> Result<()> {
     let toolchain = setup::build_tools()?;
     setup::run(
         Command::new("cargo")

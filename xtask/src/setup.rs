@@ -47,7 +47,7 @@ const BENCH_PACKAGES: &[(&str, &str)] = &[
 ];
 
 /// What later steps need from setup.
-pub struct Toolchain {
+pub(crate) struct Toolchain {
     /// Directory holding `bpf-linker`, to put first on PATH for builds.
     pub bpf_linker_dir: PathBuf,
     /// Cache root.
@@ -56,7 +56,7 @@ pub struct Toolchain {
 
 impl Toolchain {
     /// PATH with bpf-linker first.
-    pub fn path_env(&self) -> std::ffi::OsString {
+    pub(crate) fn path_env(&self) -> std::ffi::OsString {
         let mut paths = vec![self.bpf_linker_dir.clone()];
         if let Some(existing) = std::env::var_os("PATH") {
             paths.extend(std::env::split_paths(&existing));
@@ -66,7 +66,7 @@ impl Toolchain {
 }
 
 /// Installs what the build needs (rust-src, bpf-linker).
-pub fn build_tools() -> Result<Toolchain> {
+pub(crate) fn build_tools() -> Result<Toolchain> {
     let cache = vm::cache_dir()?;
     ensure_packages(BUILD_PACKAGES)?;
     ensure_rust_src()?;
@@ -78,14 +78,14 @@ pub fn build_tools() -> Result<Toolchain> {
 }
 
 /// Installs what `cargo xtask bench` needs: build tools and the overhead benchmark's peers.
-pub fn bench_tools() -> Result<Toolchain> {
+pub(crate) fn bench_tools() -> Result<Toolchain> {
     let toolchain = build_tools()?;
     ensure_packages(BENCH_PACKAGES)?;
     Ok(toolchain)
 }
 
 /// Installs everything: build tools, Debian packages, guest kernels.
-pub fn all() -> Result<Toolchain> {
+pub(crate) fn all() -> Result<Toolchain> {
     let toolchain = build_tools()?;
     ensure_packages(TEST_PACKAGES)?;
     let kernels = vm::ensure_kernels(&toolchain.cache)?;
@@ -193,7 +193,7 @@ fn ensure_packages(packages: &[(&str, &str)]) -> Result<()> {
 }
 
 /// Runs a command, failing on a non-zero exit.
-pub fn run(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
@@ -202,7 +202,7 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// Runs a command and returns its stdout.
-pub fn output(program: &str, args: &[&str]) -> Result<String> {
+pub(crate) fn output(program: &str, args: &[&str]) -> Result<String> {
     let out = Command::new(program)
         .args(args)
         .output()

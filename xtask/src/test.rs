@@ -22,7 +22,7 @@ const GUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Which tiers to run.
 #[derive(Clone, Copy, Debug, clap::Args)]
-pub struct TestArgs {
+pub(crate) struct TestArgs {
     /// Skip the lint tier (fmt, clippy).
     #[arg(long)]
     pub no_lint: bool,
@@ -59,7 +59,7 @@ impl TierResult {
 }
 
 /// Runs the tiers and prints the summary.
-pub fn run(args: TestArgs) -> Result<()> {
+pub(crate) fn run(args: TestArgs) -> Result<()> {
     let started = Instant::now();
     let toolchain = if args.no_vm {
         setup::build_tools()?

@@ -402,7 +402,10 @@ mod tests {
     #[test]
     fn reservation_for_scheduling() {
         let five_percent = Some(ThresholdValue::Percentage(0.05));
-        #[allow(clippy::type_complexity)]
+        #[allow(
+            clippy::type_complexity,
+            reason = "table-driven test cases: one tuple per kubelet case"
+        )]
         let rows: [(
             ReservedResources,
             ReservedResources,
@@ -476,7 +479,10 @@ mod tests {
     #[test]
     fn allocatable_for_enforcement() {
         let five_percent = Some(ThresholdValue::Percentage(0.05));
-        #[allow(clippy::type_complexity)]
+        #[allow(
+            clippy::type_complexity,
+            reason = "table-driven test cases: one tuple per kubelet case"
+        )]
         let rows: [(
             ReservedResources,
             ReservedResources,
@@ -541,7 +547,10 @@ mod tests {
     fn input_validation() {
         let high = Some(ThresholdValue::Quantity(Quantity::from_units(2 * GI)));
         let five_percent = Some(ThresholdValue::Percentage(0.05));
-        #[allow(clippy::type_complexity)]
+        #[allow(
+            clippy::type_complexity,
+            reason = "table-driven test cases: one tuple per kubelet case"
+        )]
         let rows: [(
             ReservedResources,
             ReservedResources,

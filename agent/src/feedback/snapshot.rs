@@ -198,7 +198,7 @@ pub(super) mod fixtures {
     //! Snapshots for the policies' tests.
     use super::*;
 
-    pub fn target(name: &str) -> ContainerRef {
+    pub(crate) fn target(name: &str) -> ContainerRef {
         ContainerRef {
             pod_uid: format!("uid-{name}"),
             pod: format!("default/{name}"),
@@ -206,7 +206,7 @@ pub(super) mod fixtures {
         }
     }
 
-    pub fn container(name: &str, qos: QosClass) -> ContainerSnapshot {
+    pub(crate) fn container(name: &str, qos: QosClass) -> ContainerSnapshot {
         ContainerSnapshot {
             target: target(name),
             qos,
@@ -219,7 +219,7 @@ pub(super) mod fixtures {
     }
 
     /// `cpu.stat` with these cumulative counters (and no CPU used).
-    pub fn cpu(periods: u64, throttled: u64, bursts: u64) -> CpuStats {
+    pub(crate) fn cpu(periods: u64, throttled: u64, bursts: u64) -> CpuStats {
         CpuStats {
             usage_ns: Some(0),
             nr_periods: Some(periods),
@@ -230,7 +230,7 @@ pub(super) mod fixtures {
     }
 
     /// `decide` applied to each window between consecutive `snapshots`, with the window's end.
-    pub fn each_window<T>(
+    pub(crate) fn each_window<T>(
         snapshots: &[Snapshot],
         mut decide: impl FnMut(&Window<'_>, Instant) -> T,
     ) -> Vec<T> {
@@ -246,7 +246,7 @@ pub(super) mod fixtures {
             .collect()
     }
 
-    pub fn snapshot(
+    pub(crate) fn snapshot(
         taken: Instant,
         containers: Vec<ContainerSnapshot>,
         preemptions: &[((QosClass, QosClass), u64, u64)],

@@ -13,12 +13,12 @@
 //! The machine topology for the resource managers (packages, cores, caches) comes from hwloc in
 //! [`crate::machine`]; this module reads the kernel's own files because the probes need the
 //! page-frame ranges hwloc does not give, and the kernel's numbering is what the probes see.
-pub mod node_layout;
 pub mod memory;
 pub mod migrate;
+pub mod node_layout;
 
-pub use node_layout::{NodeLayout, NodeLayoutError, RangeSource};
 pub use memory::{CgroupNumaMemory, MemoryError, NumaMemoryReader, NumaStat};
+pub use node_layout::{NodeLayout, NodeLayoutError, RangeSource};
 
 /// Whether memory (or an event) is on the node of the CPU that uses it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -311,10 +311,11 @@ fn read_memory_blocks(
         return Ok(None);
     }
     let text = read(&size_file)?;
-    let block_bytes = u64::from_str_radix(text.trim(), 16).map_err(|e| NodeLayoutError::Malformed {
-        path: size_file.clone(),
-        reason: format!("{:?} is not a hexadecimal size: {e}", text.trim()),
-    })?;
+    let block_bytes =
+        u64::from_str_radix(text.trim(), 16).map_err(|e| NodeLayoutError::Malformed {
+            path: size_file.clone(),
+            reason: format!("{:?} is not a hexadecimal size: {e}", text.trim()),
+        })?;
     let block_pages = block_bytes / page_size.max(1);
     if block_pages == 0 {
         return Err(NodeLayoutError::Malformed {

@@ -267,7 +267,7 @@ fn check_files(t: &TestRoot, name: &CgroupName, files: &[Expect]) -> Result<(), 
 
 /// Creates kubepods-like cgroups and checks every file the config names holds exactly the value
 /// kubelet would write, and that creation reported exactly those writes.
-pub fn create_writes_exact_files(_ctx: &Context) -> Outcome {
+pub(crate) fn create_writes_exact_files(_ctx: &Context) -> Outcome {
     match run_create() {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),
@@ -385,7 +385,7 @@ fn run_create() -> Result<String, String> {
 
 /// An update with the same config writes nothing; files edited by hand are rewritten, and only
 /// they; a quota below the current burst lands after the burst is lowered.
-pub fn update_writes_only_drift(_ctx: &Context) -> Outcome {
+pub(crate) fn update_writes_only_drift(_ctx: &Context) -> Outcome {
     match run_update() {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),
@@ -472,7 +472,7 @@ fn run_update() -> Result<String, String> {
 
 /// A process moved into the pod appears in `pids` (and in the kernel's /proc/PID/cgroup), and
 /// after it exits `destroy` leaves nothing in any hierarchy.
-pub fn pids_and_destroy_leave_nothing(ctx: &Context) -> Outcome {
+pub(crate) fn pids_and_destroy_leave_nothing(ctx: &Context) -> Outcome {
     match run_pids_destroy(ctx) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),
@@ -548,7 +548,7 @@ fn run_pids_destroy(ctx: &Context) -> Result<String, String> {
 /// container manager hands the runtime) is in the container cgroup in every hierarchy from its
 /// first instruction (its own /proc/self/cgroup, printed by the program it execs, names it);
 /// `kill` signals every process of the cgroup and `pids` is empty afterwards.
-pub fn join_handle_and_kill(ctx: &Context) -> Outcome {
+pub(crate) fn join_handle_and_kill(ctx: &Context) -> Outcome {
     match run_join_kill(ctx) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),
@@ -624,7 +624,7 @@ fn run_join_kill(_ctx: &Context) -> Result<String, String> {
 
 /// Statistics come from the kernel's files: CPU time of a busy process in the pod, memory.stat
 /// and memory.numa_stat keys, and the effective cpuset the pod was pinned to.
-pub fn stats_read_kernel_files(ctx: &Context) -> Outcome {
+pub(crate) fn stats_read_kernel_files(ctx: &Context) -> Outcome {
     match run_stats(ctx) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),

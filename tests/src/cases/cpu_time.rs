@@ -22,7 +22,7 @@ const BUSY_SECONDS: &str = "3";
 
 /// A busy and an idle cgroup side by side: the busy one's CPU seconds agree with the kernel
 /// within 5 %, the idle one stays near zero in both.
-pub fn matches_kernel_accounting(ctx: &Context) -> Outcome {
+pub(crate) fn matches_kernel_accounting(ctx: &Context) -> Outcome {
     match run(ctx, None) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),
@@ -31,7 +31,7 @@ pub fn matches_kernel_accounting(ctx: &Context) -> Outcome {
 
 /// The same with the probe forced onto its raw_tracepoint fallback (what kernels without
 /// BTF-typed tracepoints get), so the fallback is proven on every kernel too.
-pub fn matches_kernel_accounting_raw_tracepoint(ctx: &Context) -> Outcome {
+pub(crate) fn matches_kernel_accounting_raw_tracepoint(ctx: &Context) -> Outcome {
     match run(ctx, Some("raw_tracepoint")) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),

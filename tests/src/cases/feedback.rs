@@ -197,7 +197,7 @@ fn throttled_share(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>
 
 /// A spiky Burstable container is throttled, gets a CFS burst of its quota from qosd, and is
 /// then throttled in less than half the share of periods while using the burst.
-pub fn throttled_burstable_gets_a_burst(ctx: &Context) -> Outcome {
+pub(crate) fn throttled_burstable_gets_a_burst(ctx: &Context) -> Outcome {
     match run_burst(ctx) {
         Ok(outcome) => outcome,
         Err(e) => fail(e),
@@ -287,7 +287,7 @@ fn run_burst(ctx: &Context) -> Result<Outcome, String> {
 /// real share of it; qosd caps the BestEffort tier (and makes it idle where the kernel
 /// allows), after which the kernel's accounting shows the tier held to its cap and the
 /// Burstable task running more, and qosd's attribution shows less waiting behind BestEffort.
-pub fn besteffort_crowding_burstable_is_suppressed(ctx: &Context) -> Outcome {
+pub(crate) fn besteffort_crowding_burstable_is_suppressed(ctx: &Context) -> Outcome {
     match run_besteffort(ctx) {
         Ok(outcome) => outcome,
         Err(e) => fail(e),
@@ -432,7 +432,7 @@ fn run_besteffort(ctx: &Context) -> Result<Outcome, String> {
 
 /// A pinned container's memory moved to the far node comes back to its CPUs' node once qosd
 /// sets its `cpuset.mems`.
-pub fn misplaced_memory_follows_the_cpus(ctx: &Context) -> Outcome {
+pub(crate) fn misplaced_memory_follows_the_cpus(ctx: &Context) -> Outcome {
     match run_numa(ctx) {
         Ok(outcome) => outcome,
         Err(e) => fail(e),

@@ -16,7 +16,7 @@ const ATTACH_MODES: [&str; 2] = ["tp_btf", "raw_tracepoint"];
 /// `tp_btf` on a kernel with BTF (every kernel qosd is tested on), so a program the verifier
 /// starts refusing shows here instead of hiding behind the raw_tracepoint fallback (which
 /// the `*_raw_tracepoint` tests exercise on purpose).
-pub fn check_report(ctx: &Context) -> Outcome {
+pub(crate) fn check_report(ctx: &Context) -> Outcome {
     let output = match Command::new(&ctx.qosd).arg("check").output() {
         Ok(output) => output,
         Err(e) => return fail(format!("running qosd check: {e}")),
@@ -101,7 +101,7 @@ fn layout_from_mounts() -> &'static str {
 }
 
 /// `/metrics` carries `qosd_build_info{version}` and `qosd_probe_info{probe="cpu_time",mode}`.
-pub fn metrics_info(ctx: &Context) -> Outcome {
+pub(crate) fn metrics_info(ctx: &Context) -> Outcome {
     let agent = match Agent::start(&ctx.qosd, Duration::from_secs(60)) {
         Ok(agent) => agent,
         Err(e) => return fail(e),
@@ -134,11 +134,11 @@ pub fn metrics_info(ctx: &Context) -> Outcome {
     }
 }
 
-pub fn sigterm_detaches(ctx: &Context) -> Outcome {
+pub(crate) fn sigterm_detaches(ctx: &Context) -> Outcome {
     detaches_on(ctx, libc::SIGTERM, "SIGTERM")
 }
 
-pub fn sigint_detaches(ctx: &Context) -> Outcome {
+pub(crate) fn sigint_detaches(ctx: &Context) -> Outcome {
     detaches_on(ctx, libc::SIGINT, "SIGINT")
 }
 

@@ -1,19 +1,19 @@
 //! The system test cases, one module per capability.
-pub mod cgroups;
-pub mod cpu_time;
-pub mod feedback;
-pub mod lifecycle;
-pub mod numa;
-pub mod pods;
-pub mod prometheus;
-pub mod runqlat;
-pub mod throttle;
-pub mod topology;
+pub(crate) mod cgroups;
+pub(crate) mod cpu_time;
+pub(crate) mod feedback;
+pub(crate) mod lifecycle;
+pub(crate) mod numa;
+pub(crate) mod pods;
+pub(crate) mod prometheus;
+pub(crate) mod runqlat;
+pub(crate) mod throttle;
+pub(crate) mod topology;
 
 use crate::harness::Case;
 
 /// Every case, in the order they run.
-pub fn all() -> Vec<Case> {
+pub(crate) fn all() -> Vec<Case> {
     vec![
         Case {
             name: "check_reports_layout_kernel_btf_and_probe_modes",

@@ -160,7 +160,7 @@ fn share_ok(run: &Run, remote: f64) -> bool {
 /// `qosd_numa_memory_bytes`: the remote workload's memory at least 90 % remote, the local one's
 /// at most 10 %; each cgroup's sum within 2 % of its `memory.numa_stat` and close to the
 /// workload's resident anonymous memory.
-pub fn memory_bytes(ctx: &Context) -> Outcome {
+pub(crate) fn memory_bytes(ctx: &Context) -> Outcome {
     judge(ctx, |p, lines, bad| {
         for run in &p.runs {
             let qosd = run.memory.0 + run.memory.1;
@@ -199,7 +199,7 @@ pub fn memory_bytes(ctx: &Context) -> Outcome {
 
 /// Once the test cgroups are gone, their entries leave the NUMA maps and their series the
 /// exposition (the maps stay bounded by the cgroups that exist).
-pub fn removed_cgroups_forgotten(ctx: &Context) -> Outcome {
+pub(crate) fn removed_cgroups_forgotten(ctx: &Context) -> Outcome {
     match placement(ctx).and_then(|p| p.cleanup.clone()) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),
@@ -208,7 +208,7 @@ pub fn removed_cgroups_forgotten(ctx: &Context) -> Outcome {
 
 /// `qosd_numa_hint_faults_total`: the remote workload's faults at least 90 % remote, the local
 /// one's at most 10 %; qosd's sum over every cgroup against `/proc/vmstat` over the same window.
-pub fn hint_faults(ctx: &Context) -> Outcome {
+pub(crate) fn hint_faults(ctx: &Context) -> Outcome {
     judge(ctx, |p, lines, bad| {
         if let Some(reason) = &p.hint_unavailable {
             return Some(Outcome::Skip(format!(
@@ -268,7 +268,7 @@ pub fn hint_faults(ctx: &Context) -> Outcome {
 /// `qosd_numa_page_allocations_total`: the remote workload's pages at least 90 % remote, the
 /// local one's at most 10 % (with one node: none remote); every cgroup allocated at least the
 /// pages `memory.numa_stat` shows resident.
-pub fn page_allocations(ctx: &Context) -> Outcome {
+pub(crate) fn page_allocations(ctx: &Context) -> Outcome {
     judge(ctx, |p, lines, bad| {
         for run in &p.runs {
             let total = run.allocs.0 + run.allocs.1;
@@ -570,7 +570,7 @@ fn which(program: &str) -> Result<PathBuf, String> {
 /// expected one for this kernel: hinting faults by fentry where tracing programs load (else
 /// unavailable, with the kernel's reason), page allocations by the classic tracepoint,
 /// migrations by tp_btf.
-pub fn probe_modes(ctx: &Context) -> Outcome {
+pub(crate) fn probe_modes(ctx: &Context) -> Outcome {
     match run_modes(ctx) {
         Ok(summary) => Outcome::Pass(summary),
         Err(e) => fail(e),
@@ -635,12 +635,12 @@ fn run_modes(ctx: &Context) -> Result<String, String> {
 /// `qosd_numa_task_migrations_total` against the task's own `se.nr_migrations`: a pinned busy
 /// task moved back and forth between CPUs of two nodes (counted cross-node) and of one node
 /// (counted within a node).
-pub fn migrations(ctx: &Context) -> Outcome {
+pub(crate) fn migrations(ctx: &Context) -> Outcome {
     migrations_outcome(session(ctx).and_then(|s| s.migrations.clone()))
 }
 
 /// The same with the migration probe forced onto its raw_tracepoint fallback.
-pub fn migrations_raw_tracepoint(ctx: &Context) -> Outcome {
+pub(crate) fn migrations_raw_tracepoint(ctx: &Context) -> Outcome {
     let args = ["--cpu-time-mode".to_owned(), "raw-tracepoint".to_owned()];
     migrations_outcome(
         Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))

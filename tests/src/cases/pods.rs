@@ -59,7 +59,7 @@ spec:
 
 /// Manifests in, cgroups with kubelet's values out, processes inside, drift corrected, bad
 /// manifest isolated, everything removed after SIGTERM.
-pub fn manifests_become_cgroups(ctx: &Context) -> Outcome {
+pub(crate) fn manifests_become_cgroups(ctx: &Context) -> Outcome {
     match run(ctx) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),
@@ -278,7 +278,7 @@ fn memory_capacity() -> Result<u64, String> {
 /// small enough for a 2 GiB guest): reserved cgroups get their reservations, kubepods gets
 /// capacity minus both, `qosd_node_allocatable` also takes the default eviction threshold out,
 /// and a pod that does not fit is rejected with `OutOfcpu` and gets no cgroup.
-pub fn node_allocatable_enforced(ctx: &Context) -> Outcome {
+pub(crate) fn node_allocatable_enforced(ctx: &Context) -> Outcome {
     match allocatable(ctx) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),

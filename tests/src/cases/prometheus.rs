@@ -146,7 +146,7 @@ const TOO_BIG: &str = "apiVersion: v1\nkind: Pod\n\
     resources: {requests: {cpu: \"64\"}}\n";
 
 /// Every dashboard query answers from a real Prometheus scraping a real qosd.
-pub fn dashboard_queries_answer(ctx: &Context) -> Outcome {
+pub(crate) fn dashboard_queries_answer(ctx: &Context) -> Outcome {
     if !Path::new(PROMETHEUS).is_file() {
         return fail(format!(
             "{PROMETHEUS} is missing: `cargo xtask setup` installs the Debian package prometheus (and `cargo xtask test` copies it into the guests)"

@@ -16,12 +16,12 @@ const SPIN_SECONDS: &str = "5";
 /// cgroup's wait histogram has a count and a sum, the sum agrees with the processes'
 /// schedstat run-queue time within 20 % over the same window, and an idle sleeper's cgroup
 /// waits about nothing.
-pub fn waits_match_schedstat(ctx: &Context) -> Outcome {
+pub(crate) fn waits_match_schedstat(ctx: &Context) -> Outcome {
     waits_outcome(run_waits(ctx, None))
 }
 
 /// The same with the handlers forced onto their raw_tracepoint fallback.
-pub fn waits_match_schedstat_raw_tracepoint(ctx: &Context) -> Outcome {
+pub(crate) fn waits_match_schedstat_raw_tracepoint(ctx: &Context) -> Outcome {
     waits_outcome(run_waits(ctx, Some("raw_tracepoint")))
 }
 
@@ -37,7 +37,7 @@ fn waits_outcome(result: Result<Option<String>, String>) -> Outcome {
 
 /// A victim in cgroup A and a preemptor in cgroup B on one CPU show up as the pair (A, B), and
 /// the waits attributed to A's preemptions agree with A's schedstat run-queue time.
-pub fn preemption_pairs(ctx: &Context) -> Outcome {
+pub(crate) fn preemption_pairs(ctx: &Context) -> Outcome {
     match run_pairs(ctx) {
         Ok(Some(detail)) => Outcome::Pass(detail),
         Ok(None) => Outcome::Skip(
@@ -226,7 +226,7 @@ fn run_pairs(ctx: &Context) -> Result<Option<String>, String> {
 /// slots are withdrawn (slots in use drop by at least two), their cpu-time hash entries are
 /// deleted (`CGROUP_CPU_NS` entries drop by at least two), and no CPU-time, wait-histogram or
 /// preemption series names them any more.
-pub fn removed_cgroups_forgotten(ctx: &Context) -> Outcome {
+pub(crate) fn removed_cgroups_forgotten(ctx: &Context) -> Outcome {
     match forget_removed(ctx) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),

@@ -29,7 +29,7 @@ struct Measured {
 
 /// `qosd_cpu_periods_total`, `qosd_cpu_throttled_periods_total` and
 /// `qosd_cpu_throttled_seconds_total` against the cgroup's cpu.stat.
-pub fn counters_match_cpu_stat(ctx: &Context) -> Outcome {
+pub(crate) fn counters_match_cpu_stat(ctx: &Context) -> Outcome {
     let m = match measure(ctx) {
         Ok(m) => m,
         Err(e) => return fail(e),
@@ -58,7 +58,7 @@ pub fn counters_match_cpu_stat(ctx: &Context) -> Outcome {
 
 /// The eBPF episode sum against cpu.stat's throttled time; skipped, with the kernel's reason,
 /// where the episode probe is unavailable.
-pub fn episodes_match_cpu_stat(ctx: &Context) -> Outcome {
+pub(crate) fn episodes_match_cpu_stat(ctx: &Context) -> Outcome {
     let m = match measure(ctx) {
         Ok(m) => m,
         Err(e) => return fail(e),

@@ -23,7 +23,7 @@ const WORKLOAD_MIB: u64 = 64;
 
 /// A Guaranteed pod pinned to one NUMA node, checked against the kernel, surviving a qosd
 /// crash with corrupt checkpoints.
-pub fn guaranteed_pod_pinned_to_one_numa_node(ctx: &Context) -> Outcome {
+pub(crate) fn guaranteed_pod_pinned_to_one_numa_node(ctx: &Context) -> Outcome {
     match run(ctx) {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),

@@ -40,7 +40,7 @@ const SERIES: [Series; 3] = [
 
 /// Returns the 5.10, 6.1 and 6.12 guest kernels, fetching the missing ones. Without anything
 /// missing this touches neither apt nor the network.
-pub fn ensure_kernels(cache: &Path) -> Result<Vec<GuestKernel>> {
+pub(crate) fn ensure_kernels(cache: &Path) -> Result<Vec<GuestKernel>> {
     let kernels = cache.join("kernels");
     let missing: Vec<&Series> = SERIES
         .iter()

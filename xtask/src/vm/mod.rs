@@ -26,14 +26,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-pub use kernels::ensure_kernels;
+pub(crate) use kernels::ensure_kernels;
 
 /// Environment variable that overrides the cache directory.
 const CACHE_ENV: &str = "QOSD_CACHE";
 
 /// One bootable guest kernel from the cache.
 #[derive(Debug, Clone)]
-pub struct GuestKernel {
+pub(crate) struct GuestKernel {
     /// Kernel series: "5.10", "6.1" or "6.12".
     pub series: String,
     /// The kernel release (`uname -r` in the guest), e.g. "6.1.0-41-cloud-amd64".
@@ -44,7 +44,7 @@ pub struct GuestKernel {
 
 /// How a guest run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GuestExit {
+pub(crate) enum GuestExit {
     /// The command ran to completion; its exit status as reported by the guest's init.
     Exited(i32),
     /// The kernel panicked; the first line of the panic message.
@@ -57,7 +57,7 @@ pub enum GuestExit {
 
 /// The result of one guest run.
 #[derive(Debug, Clone)]
-pub struct GuestRun {
+pub(crate) struct GuestRun {
     /// Everything the guest printed on its serial console (`\r\n` normalised to `\n`).
     pub output: String,
     /// How the run ended.
@@ -67,7 +67,7 @@ pub struct GuestRun {
 }
 
 /// The cache directory: `$QOSD_CACHE` if set, else `$HOME/.cache/qosd`; created if missing.
-pub fn cache_dir() -> Result<PathBuf> {
+pub(crate) fn cache_dir() -> Result<PathBuf> {
     let dir = match std::env::var_os(CACHE_ENV) {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => {
@@ -85,7 +85,7 @@ pub fn cache_dir() -> Result<PathBuf> {
 /// Where guest runs keep their initramfs trees and console logs: under Cargo's target
 /// directory, so two checkouts (each with its own target directory) can boot the same kernel
 /// series at the same time without sharing a work directory.
-pub fn work_dir() -> PathBuf {
+pub(crate) fn work_dir() -> PathBuf {
     crate::target_dir().join("vm-work")
 }
 
@@ -95,7 +95,7 @@ pub fn work_dir() -> PathBuf {
 /// Build products go to `work_dir` (`<series>-root/`, `<series>-initramfs.cpio`) and the serial
 /// console is streamed to `work_dir/<series>-console.log`, so two runs of the same series must
 /// not share a `work_dir` at the same time. `timeout` covers the whole run, boot included.
-pub fn run_in_guest(
+pub(crate) fn run_in_guest(
     kernel: &GuestKernel,
     payload: &[(PathBuf, String)],
     command: &str,

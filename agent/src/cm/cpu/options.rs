@@ -216,7 +216,10 @@ mod tests {
     /// Rows mirror kubelet's policy_options_test.go `TestPolicyOptionsAvailable` and
     /// `TestPolicyOptionsCompatibility` cases.
     #[test]
-    #[allow(clippy::type_complexity)]
+    #[allow(
+        clippy::type_complexity,
+        reason = "table-driven test cases: one tuple per kubelet case"
+    )]
     fn parse_table() {
         let cases: &[(&str, &[(&str, &str)], OptionGates, Result<(), &str>)] = &[
             (

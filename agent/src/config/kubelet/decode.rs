@@ -201,7 +201,7 @@ pub(super) fn yaml_to_json(text: &str) -> Result<serde_json::Value, SyntaxError>
 
 /// A file that is not YAML (or JSON) at all.
 #[derive(Debug, thiserror::Error)]
-pub enum SyntaxError {
+pub(super) enum SyntaxError {
     #[error(transparent)]
     Yaml(#[from] serde_yaml_ng::Error),
     #[error(transparent)]

@@ -2,7 +2,10 @@
 //! topology_hints_test.go; each row names the kubelet case (topologies, states, pods and
 //! expected CPUs or errors are kubelet's).
 // Table rows are tuples of the kubelet case name and its data.
-#![allow(clippy::type_complexity)]
+#![allow(
+    clippy::type_complexity,
+    reason = "table-driven test cases: one tuple per kubelet case"
+)]
 use std::collections::BTreeMap;
 
 use super::*;

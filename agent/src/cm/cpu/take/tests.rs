@@ -1,7 +1,10 @@
 //! Table tests replaying kubelet's pkg/kubelet/cm/cpumanager/cpu_assignment_test.go: each row
 //! names the kubelet case it mirrors; topologies, inputs and expected CPUs are kubelet's.
 // Table rows are tuples of the kubelet case name and its data.
-#![allow(clippy::type_complexity)]
+#![allow(
+    clippy::type_complexity,
+    reason = "table-driven test cases: one tuple per kubelet case"
+)]
 use super::*;
 use crate::cm::cpu::testing::*;
 
