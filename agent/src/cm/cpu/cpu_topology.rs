@@ -360,11 +360,6 @@ impl CpuTopology {
     pub fn uncores_of_numa(&self, numa: u32) -> &[u32] {
         self.uncores_of_numa.get(&numa).map_or(&[], Vec::as_slice)
     }
-
-    /// Socket ids, ascending.
-    pub fn socket_ids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.sockets.keys().copied()
-    }
 }
 
 static EMPTY: Cpus = Cpus::new();

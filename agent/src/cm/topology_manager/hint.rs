@@ -39,18 +39,6 @@ impl TopologyHint {
             preferred: true,
         }
     }
-
-    /// kubelet's `TopologyHint.LessThan`: preferred before non-preferred, then the narrower
-    /// mask (a `None` affinity compares as the empty mask, as a nil `BitMask` does in kubelet's
-    /// `IsNarrowerThan`).
-    pub fn is_better_than(&self, other: &TopologyHint) -> bool {
-        if self.preferred != other.preferred {
-            return self.preferred;
-        }
-        self.affinity
-            .unwrap_or(NumaMask::EMPTY)
-            .is_narrower_than(other.affinity.unwrap_or(NumaMask::EMPTY))
-    }
 }
 
 impl fmt::Debug for TopologyHint {

@@ -168,12 +168,6 @@ impl Policy {
         &self.numa
     }
 
-    /// True when an admitted pod's resources are guaranteed aligned (kubelet's
-    /// `IsAlignmentGuaranteed`: `single-numa-node` only).
-    pub fn is_alignment_guaranteed(&self) -> bool {
-        self.name == PolicyName::SingleNumaNode
-    }
-
     /// Merges the providers' hints and decides admission (kubelet's `Policy.Merge`).
     pub fn merge(&self, providers: &[ProviderHints]) -> (TopologyHint, bool) {
         match self.name {
