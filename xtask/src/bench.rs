@@ -36,6 +36,9 @@ struct Figure {
 
 /// Runs every benchmark (or those whose id contains `filter`) and prints the figures.
 pub(crate) fn run(filter: Option<&str>) -> Result<()> {
+    if filter == Some("node") {
+        return node_section();
+    }
     let started = Instant::now();
     let mut figures = Vec::new();
     for bench in BENCHES {
@@ -77,6 +80,9 @@ pub(crate) fn run(filter: Option<&str>) -> Result<()> {
     print_summary(&figures, started.elapsed());
     if filter.is_none_or(|f| "ebpf_overhead".contains(f)) {
         overhead_section()?;
+    }
+    if filter.is_none() {
+        node_section()?;
     }
     let over: Vec<&Figure> = figures
         .iter()
@@ -198,6 +204,16 @@ fn show(d: Duration) -> String {
 
 /// Builds the release `qosd` and measures its kernel programs against bpftrace.
 fn overhead_section() -> Result<()> {
+    crate::overhead::run(&release_qosd()?)
+}
+
+/// Builds the release `qosd` and measures its node-scale cost against node_exporter.
+fn node_section() -> Result<()> {
+    crate::node_bench::run(&release_qosd()?)
+}
+
+/// The release `qosd`, built with the benchmark tools installed.
+fn release_qosd() -> Result<std::path::PathBuf> {
     let toolchain = setup::bench_tools()?;
     setup::run(
         Command::new("cargo")
@@ -205,7 +221,7 @@ fn overhead_section() -> Result<()> {
             .env("PATH", toolchain.path_env())
             .current_dir(crate::workspace_root()),
     )?;
-    crate::overhead::run(&crate::target_dir().join("release/qosd"))
+    Ok(crate::target_dir().join("release/qosd"))
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@
 //! booting guest kernels ([`vm`]).
 
 mod bench;
+mod node_bench;
 mod overhead;
+mod procfs;
 mod run;
 mod setup;
 mod test;
@@ -56,7 +58,8 @@ enum Command {
     /// Run the criterion benchmarks (`cargo bench -p qosd`) and print their figures against
     /// the targets (topology merge under 10 ms, allocation under 1 ms) and peers; then, as
     /// root, the eBPF programs' cost per event under load against bpftrace (filter
-    /// `ebpf_overhead` for that part only).
+    /// `ebpf_overhead` for that part only) and qosd's node-scale cost at 10, 110 and 250 pods
+    /// against prometheus-node-exporter (filter `node` for that part only, about 10 minutes).
     Bench {
         /// Only benchmarks whose id contains this string.
         filter: Option<String>,

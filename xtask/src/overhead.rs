@@ -12,12 +12,14 @@
 //! Target: qosd's sched_switch handler (one program: CPU time, run-queue waits and preemption
 //! pairs) at most 100 ns per event on average.
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+
+use crate::procfs::{cpu_seconds, free_port, rss_kib, stop, wait_until_serving};
 
 /// How long the load runs per measured process.
 const LOAD: Duration = Duration::from_secs(10);
@@ -318,57 +320,6 @@ fn parse_prog_name(text: &str) -> Option<&str> {
     words.next()
 }
 
-/// utime + stime of `pid` in seconds.
-fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the `(comm)`, which may contain spaces: state is field 3, utime 14.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<f64> {
-        let value: u64 = fields
-            .get(i)
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("/proc/{pid}/stat field {}", i + 3))?;
-        #[expect(clippy::cast_precision_loss, reason = "clock ticks")]
-        Ok(value as f64)
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    #[expect(clippy::cast_precision_loss, reason = "ticks per second, about 100")]
-    let hz = if hz > 0 { hz as f64 } else { 100.0 };
-    Ok((ticks(11)? + ticks(12)?) / hz)
-}
-
-fn rss_kib(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .with_context(|| format!("VmRSS of {pid}"))
-}
-
-fn free_port() -> Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?)
-}
-
-/// Waits until the agent accepts connections on `addr` (it attaches its probes first).
-fn wait_until_serving(addr: SocketAddr, agent: &mut Child) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if let Some(status) = agent.try_wait()? {
-            bail!("qosd exited before serving: {status}");
-        }
-        if Instant::now() > deadline {
-            bail!("qosd did not serve on {addr} within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Ok(())
-}
-
 /// One `GET /metrics`, body discarded.
 fn scrape(addr: SocketAddr) {
     use std::io::{Read as _, Write as _};
@@ -380,22 +331,6 @@ fn scrape(addr: SocketAddr) {
         );
         let _ = stream.read_to_end(&mut Vec::new());
     }
-}
-
-fn stop(child: &mut Child, signal: i32) {
-    if let Ok(pid) = i32::try_from(child.id()) {
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe { libc::kill(pid, signal) };
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[cfg(test)]

@@ -44,6 +44,14 @@ const BENCH_PACKAGES: &[(&str, &str)] = &[
         "stress-ng",
         "the context-switch-heavy load of the overhead benchmark",
     ),
+    (
+        "prometheus-node-exporter",
+        "the node benchmark's peer for idle CPU and scrape cost",
+    ),
+    (
+        "strace",
+        "counts qosd's syscalls by kind in the node benchmark",
+    ),
 ];
 
 /// What later steps need from setup.

@@ -180,7 +180,12 @@ impl ContainerManager {
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
-                tracing::error!(cgroup = %name, error = %e, "cannot enforce the reservation on this cgroup");
+                // Said loudly once at start; each reconcile counts it again.
+                if cause == Cause::Change {
+                    tracing::error!(cgroup = %name, error = %e, "cannot enforce the reservation on this cgroup");
+                } else {
+                    tracing::debug!(cgroup = %name, error = %e, "reservation still not enforced");
+                }
                 self.metrics
                     .cgroup_write_errors
                     .with_label_values(&["reserved-cgroup"])

@@ -3,7 +3,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::cgroup::{CgroupfsBackend, Hierarchies, NameStyle};
+use crate::cgroup::{CgroupfsBackend, Hierarchies, Limit, NameStyle};
 use crate::cm::allocatable::Reservation;
 use crate::cm::metrics::ResourceMetrics;
 use crate::cm::resource_managers::ResourceManagersConfig;
@@ -65,12 +65,22 @@ fn manager_with(
     dir: &Path,
     resources: ResourceManagers,
 ) -> (ContainerManager, CmMetrics, WorkloadIndex) {
+    manager_reserving(dir, resources, Vec::new())
+}
+
+/// A manager that also enforces `reserved` (cgroups outside its root).
+fn manager_reserving(
+    dir: &Path,
+    resources: ResourceManagers,
+    reserved: Vec<(CgroupName, ResourceConfig)>,
+) -> (ContainerManager, CmMetrics, WorkloadIndex) {
     let root = CgroupName::new(["qosd"]).expect("name");
     let cgroups = CgroupfsBackend::new(
         Hierarchies::V2(dir.to_owned()),
         root.clone(),
         NameStyle::Cgroupfs,
-    );
+    )
+    .with_reserved(reserved.iter().map(|(name, _)| name.clone()).collect());
     let metrics = CmMetrics::register(&prometheus::Registry::new()).expect("metrics");
     let index = WorkloadIndex::new();
     let options = ManagerOptions {
@@ -91,7 +101,7 @@ fn manager_with(
             max: Duration::from_millis(100),
             reset_after: Duration::from_secs(600),
         },
-        reserved: Vec::new(),
+        reserved,
     };
     let manager = ContainerManager::start(
         Box::new(cgroups),
@@ -439,4 +449,49 @@ fn feedback_decisions_are_written_over_kubelets_values_and_kept_by_reconcile() {
         "{tree}"
     );
     m.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn reserved_cgroups_are_enforced_reconciled_and_never_created_or_removed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    std::fs::create_dir(d.join("system.slice")).expect("an existing reserved cgroup");
+    let system = CgroupName::new(["system.slice"]).expect("name");
+    let missing = CgroupName::new(["kube.slice"]).expect("name");
+    let reservation = ResourceConfig {
+        cpu_shares: Some(512),
+        memory_limit: Some(Limit::Value(128 << 20)),
+        ..ResourceConfig::default()
+    };
+    let (mut m, metrics, _) = manager_reserving(
+        d,
+        default_resources(),
+        vec![
+            (system.clone(), reservation.clone()),
+            (missing, reservation),
+        ],
+    );
+    assert_eq!(read(d, "system.slice/memory.max"), "134217728");
+    let weight = read(d, "system.slice/cpu.weight");
+    assert!(weight.parse::<u64>().is_ok(), "cpu.weight {weight}");
+    // The missing one is an error, counted, and not created.
+    assert!(!d.join("kube.slice").exists());
+    let errors = metrics
+        .cgroup_write_errors
+        .with_label_values(&["reserved-cgroup"])
+        .get();
+    assert_eq!(errors, 1);
+
+    // A hand edit is drift: reconcile puts the reservation back and counts it.
+    std::fs::write(d.join("system.slice/memory.max"), "max").expect("edit");
+    let before = metrics.drift_corrections.get();
+    m.reconcile();
+    assert_eq!(read(d, "system.slice/memory.max"), "134217728");
+    assert_eq!(metrics.drift_corrections.get(), before + 1);
+    assert!(!d.join("kube.slice").exists(), "reconcile never creates it");
+
+    // Shutdown removes what the manager created, never a reserved cgroup.
+    m.shutdown(Duration::from_secs(5));
+    assert!(!d.join("qosd").exists());
+    assert!(d.join("system.slice").is_dir());
 }
