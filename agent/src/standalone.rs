@@ -304,6 +304,7 @@ fn run_loop(
     let mut early = Vec::new();
     tracing::info!(source = %source.describe(), "pod source");
     let mut last_reconcile = Instant::now();
+    inspect.render_on_request();
     loop {
         match stopped.recv_timeout(TICK) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
@@ -329,8 +330,9 @@ fn run_loop(
                 }
             }
             last_poll = Some(Instant::now());
-            inspect.set(manager.render_tree());
         }
+        // Rendered only for a waiting `/inspect` (it reads every cgroup's files).
+        inspect.answer_with(|| manager.render_tree());
         if last_reconcile.elapsed() >= period {
             manager.reconcile();
             last_reconcile = Instant::now();

@@ -161,7 +161,31 @@ pub struct DestroyReport {
     pub removed: Vec<PathBuf>,
 }
 
-/// Statistics of one cgroup; `None` where the controller is not available for it.
+/// Which statistics [`CgroupReader::stats_of`] reads (each costs its files' reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatKinds {
+    /// `cpu.stat` (and v1 `cpuacct.usage`).
+    pub cpu: bool,
+    /// `memory.stat`.
+    pub memory: bool,
+    /// `memory.numa_stat`.
+    pub numa: bool,
+    /// The effective cpuset.
+    pub cpuset: bool,
+}
+
+impl StatKinds {
+    /// Every statistic.
+    pub const ALL: Self = Self {
+        cpu: true,
+        memory: true,
+        numa: true,
+        cpuset: true,
+    };
+}
+
+/// Statistics of one cgroup; `None` where the controller is not available for it (or the
+/// statistic was not asked for).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CgroupStats {
     pub cpu: Option<CpuStats>,
@@ -255,8 +279,13 @@ pub trait CgroupReader: Send + Sync {
     /// sorted.
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError>;
 
+    /// The cgroup's statistics of the kinds `wanted`; the others are `None`.
+    fn stats_of(&self, name: &CgroupName, wanted: StatKinds) -> Result<CgroupStats, CgroupError>;
+
     /// The cgroup's CPU, memory and cpuset statistics.
-    fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError>;
+    fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError> {
+        self.stats_of(name, StatKinds::ALL)
+    }
 }
 
 /// Opens the way into a cgroup for a process about to start: the one write capability the

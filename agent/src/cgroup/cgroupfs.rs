@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::backend::{
     CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
-    DestroyReport, NameStyle, Skipped, UpdateReport, Written,
+    DestroyReport, NameStyle, Skipped, StatKinds, UpdateReport, Written,
 };
 use super::files::{self, CgroupVersion, Controller, PlannedWrite, Setting, file_spec};
 use super::layout::{CgroupLayout, LayoutKind};
@@ -386,7 +386,7 @@ impl CgroupReader for CgroupfsBackend {
         Ok(pids.into_iter().collect())
     }
 
-    fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError> {
+    fn stats_of(&self, name: &CgroupName, wanted: StatKinds) -> Result<CgroupStats, CgroupError> {
         let paths = self.paths(name)?;
         if let Some(missing) = paths.values().find(|p| !p.is_dir()) {
             return Err(CgroupError::Missing {
@@ -394,30 +394,47 @@ impl CgroupReader for CgroupfsBackend {
                 path: missing.clone(),
             });
         }
-        let dir = |c: Controller| paths.get(&c).map(PathBuf::as_path);
+        let dir = |c: Controller, want: bool| paths.get(&c).map(PathBuf::as_path).filter(|_| want);
         Ok(match &self.hierarchies {
             Hierarchies::V1(_) => CgroupStats {
-                cpu: stats::read_cpu_v1(dir(Controller::Cpu), dir(Controller::Cpuacct))?,
-                memory: dir(Controller::Memory)
+                cpu: if wanted.cpu {
+                    stats::read_cpu_v1(dir(Controller::Cpu, true), dir(Controller::Cpuacct, true))?
+                } else {
+                    None
+                },
+                memory: dir(Controller::Memory, wanted.memory)
                     .map(stats::read_memory_stat)
                     .transpose()?
                     .flatten(),
-                numa: dir(Controller::Memory)
+                numa: dir(Controller::Memory, wanted.numa)
                     .map(stats::read_numa_stat)
                     .transpose()?
                     .flatten(),
-                cpuset: dir(Controller::Cpuset)
+                cpuset: dir(Controller::Cpuset, wanted.cpuset)
                     .map(stats::read_effective_cpuset_v1)
                     .transpose()?
                     .flatten(),
             },
             Hierarchies::V2(mount) => {
                 let dir = self.dir_in(mount, name)?;
+                let read = |want: bool| want.then_some(dir.as_path());
                 CgroupStats {
-                    cpu: stats::read_cpu_v2(&dir)?,
-                    memory: stats::read_memory_stat(&dir)?,
-                    numa: stats::read_numa_stat(&dir)?,
-                    cpuset: stats::read_effective_cpuset_v2(&dir)?,
+                    cpu: read(wanted.cpu)
+                        .map(stats::read_cpu_v2)
+                        .transpose()?
+                        .flatten(),
+                    memory: read(wanted.memory)
+                        .map(stats::read_memory_stat)
+                        .transpose()?
+                        .flatten(),
+                    numa: read(wanted.numa)
+                        .map(stats::read_numa_stat)
+                        .transpose()?
+                        .flatten(),
+                    cpuset: read(wanted.cpuset)
+                        .map(stats::read_effective_cpuset_v2)
+                        .transpose()?
+                        .flatten(),
                 }
             }
         })

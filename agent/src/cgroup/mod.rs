@@ -23,7 +23,7 @@ pub mod walk;
 
 pub use backend::{
     CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
-    DestroyReport, NameStyle, Skipped, UpdateReport, Written,
+    DestroyReport, NameStyle, Skipped, StatKinds, UpdateReport, Written,
 };
 pub use cgroupfs::{CgroupfsBackend, Hierarchies};
 pub use cpuset::{CpuListError, CpuSet};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::cgroup::CpuSet;
-use crate::cgroup::backend::CgroupReader;
+use crate::cgroup::backend::{CgroupReader, StatKinds};
 use crate::cgroup::files::Setting;
 use crate::cgroup::name::CgroupName;
 use crate::cgroup::resources::{Limit, ResourceConfig};
@@ -63,16 +63,19 @@ pub struct FeedbackLoop {
     page_size: u64,
     /// Whether the last preemption read failed (logged once per change).
     preemptions_failing: bool,
+    /// NUMA nodes of the machine (realignment is judged only with two or more).
+    numa_nodes: usize,
 }
 
 impl FeedbackLoop {
     /// The feedback fed from the manager's cgroups and, when the run-queue probe runs,
-    /// `preemptions` (cgroup ids resolved through `index`).
+    /// `preemptions` (cgroup ids resolved through `index`), on a machine of `numa_nodes`.
     #[must_use]
     pub fn new(
         feedback: Feedback,
         preemptions: Option<Box<dyn PreemptionSource>>,
         index: WorkloadIndex,
+        numa_nodes: usize,
     ) -> Self {
         Self {
             feedback,
@@ -82,6 +85,7 @@ impl FeedbackLoop {
             next: None,
             page_size: page_size(),
             preemptions_failing: false,
+            numa_nodes,
         }
     }
 
@@ -137,7 +141,7 @@ impl FeedbackLoop {
         cgroups: &dyn CgroupReader,
         watched: &Watched,
     ) -> Option<ContainerSnapshot> {
-        let stats = match cgroups.stats(&watched.cgroup) {
+        let stats = match cgroups.stats_of(&watched.cgroup, self.wanted(watched)) {
             Ok(stats) => stats,
             Err(e) => {
                 tracing::debug!(cgroup = %watched.cgroup, error = %e, "feedback: cgroup unreadable");
@@ -156,6 +160,24 @@ impl FeedbackLoop {
                 .unwrap_or_default(),
             mems_pinned: watched.mems_pinned,
         })
+    }
+
+    /// What the policies can use of a container, so nothing else is read: CPU counters of
+    /// BestEffort containers (`besteffort_cpu` caps their tier by their use) and of Burstable
+    /// ones with a limit (`cpu_burst`); where its memory and CPUs are (`numa_align`) only on a
+    /// machine with several NUMA nodes and for containers the memory manager did not place.
+    fn wanted(&self, watched: &Watched) -> StatKinds {
+        let numa = self.numa_nodes > 1 && !watched.mems_pinned;
+        StatKinds {
+            cpu: match watched.qos {
+                QosClass::BestEffort => true,
+                QosClass::Burstable => watched.limit.is_some(),
+                QosClass::Guaranteed => false,
+            },
+            memory: false,
+            numa,
+            cpuset: numa,
+        }
     }
 
     /// The probe's preemptions between containers qosd manages, summed by QoS class pair.

@@ -2,7 +2,8 @@
 //! hyper serves HTTP/1.1 so the agent carries no hand-written HTTP parser.
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -12,7 +13,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use super::Metrics;
 
@@ -27,22 +28,87 @@ pub enum ServerError {
     },
 }
 
-/// The container manager's latest state as text, published for `qosd inspect`.
+/// How long `/inspect` waits for the container manager to render its tree.
+const INSPECT_WAIT: Duration = Duration::from_secs(5);
+
+/// `qosd inspect`'s text. While the container manager runs, the tree is rendered on request
+/// by the manager's own thread (it reads every cgroup's limits and processes, so it is not
+/// rendered while nobody asks); otherwise a fixed text is served.
 #[derive(Clone, Debug, Default)]
-pub struct InspectText(Arc<std::sync::RwLock<String>>);
+pub struct InspectText(Arc<InspectState>);
+
+#[derive(Debug, Default)]
+struct InspectState {
+    /// `Some`: served as is. `None`: the renderer answers requests.
+    fixed: Mutex<Option<String>>,
+    /// Requests waiting for the renderer.
+    waiting: Mutex<Vec<oneshot::Sender<String>>>,
+}
 
 impl InspectText {
-    /// Replaces the published text.
+    /// Serves `text` from now on (no renderer, or the renderer has stopped).
     pub fn set(&self, text: String) {
-        if let Ok(mut guard) = self.0.write() {
-            *guard = text;
+        if let Ok(mut fixed) = self.0.fixed.lock() {
+            *fixed = Some(text);
+        }
+        self.answer_with(String::new);
+    }
+
+    /// From now on requests wait for [`Self::answer_with`] (the renderer's side).
+    pub fn render_on_request(&self) {
+        if let Ok(mut fixed) = self.0.fixed.lock() {
+            *fixed = None;
         }
     }
 
-    /// The published text.
+    /// True when a request is waiting for the renderer.
     #[must_use]
-    pub fn get(&self) -> String {
-        self.0.read().map(|g| g.clone()).unwrap_or_default()
+    pub fn wanted(&self) -> bool {
+        self.0.waiting.lock().is_ok_and(|w| !w.is_empty())
+    }
+
+    /// Answers every waiting request with one rendering (none when nobody waits).
+    pub fn answer_with(&self, render: impl FnOnce() -> String) {
+        let waiting = match self.0.waiting.lock() {
+            Ok(mut waiting) => std::mem::take(&mut *waiting),
+            Err(_) => return,
+        };
+        if waiting.is_empty() {
+            return;
+        }
+        let text = self
+            .0
+            .fixed
+            .lock()
+            .ok()
+            .and_then(|f| f.clone())
+            .unwrap_or_else(render);
+        for requester in waiting {
+            // A requester that gave up is fine.
+            let _ = requester.send(text.clone());
+        }
+    }
+
+    /// The text: the fixed one, or the renderer's answer (a note when it does not come).
+    pub async fn get(&self) -> String {
+        let (tx, rx) = oneshot::channel();
+        {
+            let fixed = self.0.fixed.lock().ok().and_then(|f| f.clone());
+            if let Some(text) = fixed {
+                return text;
+            }
+            match self.0.waiting.lock() {
+                Ok(mut waiting) => waiting.push(tx),
+                Err(_) => return String::new(),
+            }
+        }
+        match tokio::time::timeout(INSPECT_WAIT, rx).await {
+            Ok(Ok(text)) => text,
+            _ => format!(
+                "the container manager did not answer within {} s\n",
+                INSPECT_WAIT.as_secs()
+            ),
+        }
     }
 }
 
@@ -67,7 +133,7 @@ impl MetricsServer {
     }
 
     /// Serves until `shutdown` changes; in-flight scrapes are not awaited. `/inspect` returns
-    /// the latest text the container manager published in `inspect`.
+    /// what `inspect` gives (the container manager's tree, rendered on request).
     pub async fn serve(
         self,
         metrics: Arc<Metrics>,
@@ -119,7 +185,11 @@ async fn respond(
             )
         }
         (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
-        (&Method::GET, "/inspect") => (StatusCode::OK, "text/plain; charset=utf-8", inspect.get()),
+        (&Method::GET, "/inspect") => (
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            inspect.get().await,
+        ),
         (&Method::GET, _) => (
             StatusCode::NOT_FOUND,
             "text/plain",
@@ -190,9 +260,44 @@ mod tests {
         assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
 
         stop.send(true).expect("signal");
-        tokio::time::timeout(std::time::Duration::from_secs(1), task)
+        tokio::time::timeout(Duration::from_secs(1), task)
             .await
             .expect("stops promptly")
             .expect("join");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn inspect_is_rendered_only_when_asked_and_by_the_renderer() {
+        let inspect = InspectText::default();
+        inspect.render_on_request();
+        let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        // The renderer's loop (the container manager's thread), ticking every 10 ms.
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let renderer = {
+            let inspect = inspect.clone();
+            let renders = renders.clone();
+            std::thread::spawn(move || {
+                while finished.recv_timeout(Duration::from_millis(10)).is_err() {
+                    inspect.answer_with(|| {
+                        let n = renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                        format!("tree {n}\n")
+                    });
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            renders.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "nothing is rendered while nobody asks"
+        );
+        assert_eq!(inspect.get().await, "tree 1\n");
+        assert_eq!(inspect.get().await, "tree 2\n");
+        // Once the renderer stops, the fixed text is served without waiting.
+        done.send(()).expect("stop the renderer");
+        renderer.join().expect("renderer");
+        inspect.set("stopped\n".into());
+        assert_eq!(inspect.get().await, "stopped\n");
+        assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

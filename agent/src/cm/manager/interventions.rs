@@ -36,7 +36,12 @@ impl ContainerManager {
         );
         self.numa_nodes = layout.as_ref().map(NodeLayout::nodes).unwrap_or_default();
         let policies = Feedback::new(config, caps, layout, metrics);
-        self.feedback = Some(FeedbackLoop::new(policies, preemptions, self.index.clone()));
+        self.feedback = Some(FeedbackLoop::new(
+            policies,
+            preemptions,
+            self.index.clone(),
+            self.numa_nodes.len(),
+        ));
     }
 
     /// Runs the feedback when a snapshot is due; changed overrides are written at once.

@@ -466,10 +466,7 @@ fn reserved_cgroups_are_enforced_reconciled_and_never_created_or_removed() {
     let (mut m, metrics, _) = manager_reserving(
         d,
         default_resources(),
-        vec![
-            (system.clone(), reservation.clone()),
-            (missing, reservation),
-        ],
+        vec![(system, reservation.clone()), (missing, reservation)],
     );
     assert_eq!(read(d, "system.slice/memory.max"), "134217728");
     let weight = read(d, "system.slice/cpu.weight");
