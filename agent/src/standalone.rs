@@ -2,7 +2,7 @@
 //! from the KubeletConfiguration and the machine, feeds it pods from a
 //! [`PodSource`](crate::pods::source::PodSource) (the manifest directory), and drives it on its
 //! own thread: the source's first complete list resumes what an earlier run left, then
-//! container supervision every 100 ms, the pod source every second, reconcile every period. Stopping the thread stops every container and removes every
+//! container supervision and the pod source every 100 ms, reconcile every period. Stopping the thread stops every container and removes every
 //! cgroup it created.
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -32,8 +32,6 @@ use crate::pods::manifest::{ManifestError, ManifestWatcher};
 use crate::pods::source::PodSource;
 use crate::runtime::backoff::Backoff;
 
-/// How often the pod source is polled (the manifest directory rescanned).
-const SOURCE_POLL: Duration = Duration::from_secs(1);
 /// How often containers are reaped and restarted.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -298,7 +296,6 @@ fn run_loop(
     metrics: &CmMetrics,
     inspect: &InspectText,
 ) {
-    let mut last_poll: Option<Instant> = None;
     let mut resumed = false;
     // Events before the source's first complete list, handed to resume together.
     let mut early = Vec::new();
@@ -312,24 +309,23 @@ fn run_loop(
         }
         manager.tick();
         manager.feedback_tick();
-        if last_poll.is_none_or(|t| t.elapsed() >= SOURCE_POLL) {
-            let events = source.poll();
-            for error in source.new_errors() {
-                tracing::warn!(error = %error, "pod not admitted");
-                metrics.manifest_errors.inc();
+        // Every tick: an unchanged source costs next to nothing (the manifest directory is
+        // watched with inotify).
+        let events = source.poll();
+        for error in source.new_errors() {
+            tracing::warn!(error = %error, "pod not admitted");
+            metrics.manifest_errors.inc();
+        }
+        if resumed {
+            for event in events {
+                manager.handle(event);
             }
-            if resumed {
-                for event in events {
-                    manager.handle(event);
-                }
-            } else {
-                early.extend(events);
-                if source.synced() {
-                    manager.resume(std::mem::take(&mut early));
-                    resumed = true;
-                }
+        } else {
+            early.extend(events);
+            if source.synced() {
+                manager.resume(std::mem::take(&mut early));
+                resumed = true;
             }
-            last_poll = Some(Instant::now());
         }
         // Rendered only for a waiting `/inspect` (it reads every cgroup's files).
         inspect.answer_with(|| manager.render_tree());

@@ -208,8 +208,16 @@ fn overhead_section() -> Result<()> {
 }
 
 /// Builds the release `qosd` and measures its node-scale cost against node_exporter.
+/// `QOSD_BENCH_BINARY` names another build to measure instead (an earlier commit's, for a
+/// before/after comparison on the same machine).
 fn node_section() -> Result<()> {
-    crate::node_bench::run(&release_qosd()?)
+    match std::env::var_os("QOSD_BENCH_BINARY") {
+        Some(binary) => {
+            setup::bench_tools()?;
+            crate::node_bench::run(std::path::Path::new(&binary))
+        }
+        None => crate::node_bench::run(&release_qosd()?),
+    }
 }
 
 /// The release `qosd`, built with the benchmark tools installed.

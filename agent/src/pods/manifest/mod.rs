@@ -37,7 +37,7 @@ mod watch;
 
 pub use parse::parse_manifest;
 pub use scan::scan_dir;
-pub use watch::ManifestWatcher;
+pub use watch::{ManifestWatcher, RESCAN, UNWATCHED_RESCAN};
 
 /// A problem with one document of a manifest (file-relative: see [`ManifestError::Document`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -539,3 +539,26 @@ fn example_manifests_load_and_classify() {
     assert_eq!(burstable.effective_requests().cpu_millis, 250);
     assert_eq!(burstable.spec.containers[0].cpu_limit_millis(), Some(500));
 }
+
+#[test]
+fn an_unchanged_directory_is_not_rescanned_and_a_change_is_seen_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(dir, "a.yaml", &pod_yaml("a", "1"));
+    let mut w = ManifestWatcher::new(dir).unwrap();
+    assert_eq!(w.poll().len(), 1);
+    let scanned = w.scans();
+    for _ in 0..20 {
+        assert!(w.poll().is_empty());
+    }
+    assert_eq!(w.scans(), scanned, "nothing changed: no rescan (inotify)");
+    write(dir, "b.yaml", &pod_yaml("b", "1"));
+    let events = w.poll();
+    assert!(
+        matches!(&events[..], [PodEvent::Added(p)] if p.pod.metadata.name == "b"),
+        "{events:?}"
+    );
+    assert_eq!(w.scans(), scanned + 1);
+    fs::remove_file(dir.join("a.yaml")).unwrap();
+    assert!(matches!(&w.poll()[..], [PodEvent::Removed { name, .. }] if name == "a"));
+}
