@@ -124,9 +124,12 @@ fn boot_one(series: &str, files: &[PathBuf], timeout: u64, command: &str) -> Res
     Ok(())
 }
 
-/// The workspace root (xtask lives one level below it).
+/// The workspace root (xtask lives one level below it). `cargo run` passes xtask's manifest
+/// directory at run time; the compile-time one is only the fallback, because a target
+/// directory shared between clones (CI's cache) keeps an xtask built in another clone.
 pub fn workspace_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
