@@ -1,19 +1,13 @@
 //! CFS bandwidth counters of every cgroup that has had a quota, from the cgroups' own
-//! `cpu.stat` (v1 and v2 formats), in one walk of the cpu hierarchy ([`super::walk`]).
-use std::path::{Path, PathBuf};
+//! `cpu.stat` (v1 and v2 formats), over one walk of the cpu hierarchy ([`super::walk`]).
+use std::path::Path;
 
 use super::stats::{self, CpuStats, StatsError};
-use super::walk::walk;
+use super::walk::Walk;
 
 /// Errors of the `cpu.stat` reader.
 #[derive(Debug, thiserror::Error)]
 pub enum CfsError {
-    #[error("reading cgroup hierarchy root {}: {source}", .path.display())]
-    Root {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error(transparent)]
     Stats(#[from] StatsError),
 }
@@ -33,15 +27,12 @@ pub struct CfsCounters {
     pub throttled_ns: u64,
 }
 
-/// Reads `cpu.stat` of every cgroup under `root` that has had a CFS quota (a non-zero
-/// `nr_periods`). `v1` selects the v1 file format.
-pub fn read_cfs_counters(root: &Path, v1: bool) -> Result<Vec<CfsCounters>, CfsError> {
-    let found = walk(root, None).map_err(|source| CfsError::Root {
-        path: root.to_owned(),
-        source,
-    })?;
+/// Reads `cpu.stat` of every cgroup of a walk of the cpu hierarchy ([`super::walk::walk`], or
+/// the scrape's shared one) that has had a CFS quota (a non-zero `nr_periods`). `v1` selects
+/// the v1 file format.
+pub fn read_cfs_counters(found: &Walk, v1: bool) -> Result<Vec<CfsCounters>, CfsError> {
     let mut out = Vec::new();
-    for dir in found.dirs {
+    for dir in &found.dirs {
         let stats = match read_one(&dir.path, v1) {
             Ok(stats) => stats,
             // A cgroup removed during the walk.
@@ -52,7 +43,7 @@ pub fn read_cfs_counters(root: &Path, v1: bool) -> Result<Vec<CfsCounters>, CfsE
             && let Some(periods) = stats.nr_periods.filter(|p| *p > 0)
         {
             out.push(CfsCounters {
-                path: dir.relative,
+                path: dir.relative.clone(),
                 cgroup_id: dir.ino,
                 periods,
                 throttled_periods: stats.nr_throttled.unwrap_or_default(),
@@ -74,6 +65,7 @@ fn read_one(dir: &Path, v1: bool) -> Result<Option<CpuStats>, StatsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::walk::walk;
 
     #[test]
     fn cgroups_with_a_quota_are_read_in_either_format() {
@@ -90,7 +82,8 @@ mod tests {
             "usage_usec 5\nnr_periods 0\n",
         )
         .expect("write");
-        let found = read_cfs_counters(root.path(), false).expect("read");
+        let found =
+            read_cfs_counters(&walk(root.path(), None).expect("walk"), false).expect("read");
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].path, "/a/b");
         assert_eq!(found[0].periods, 10);
@@ -103,7 +96,7 @@ mod tests {
         )
         .expect("write");
         std::fs::remove_file(root.path().join("a/b/cpu.stat")).expect("rm");
-        let found = read_cfs_counters(root.path(), true).expect("read");
+        let found = read_cfs_counters(&walk(root.path(), None).expect("walk"), true).expect("read");
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!((found[0].path.as_str(), found[0].throttled_ns), ("/c", 777));
     }

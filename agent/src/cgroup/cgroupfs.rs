@@ -388,14 +388,8 @@ impl CgroupReader for CgroupfsBackend {
 
     fn stats_of(&self, name: &CgroupName, wanted: StatKinds) -> Result<CgroupStats, CgroupError> {
         let paths = self.paths(name)?;
-        if let Some(missing) = paths.values().find(|p| !p.is_dir()) {
-            return Err(CgroupError::Missing {
-                name: name.to_string(),
-                path: missing.clone(),
-            });
-        }
         let dir = |c: Controller, want: bool| paths.get(&c).map(PathBuf::as_path).filter(|_| want);
-        Ok(match &self.hierarchies {
+        let stats = match &self.hierarchies {
             Hierarchies::V1(_) => CgroupStats {
                 cpu: if wanted.cpu {
                     stats::read_cpu_v1(dir(Controller::Cpu, true), dir(Controller::Cpuacct, true))?
@@ -437,7 +431,20 @@ impl CgroupReader for CgroupfsBackend {
                         .flatten(),
                 }
             }
-        })
+        };
+        // A file that is not there reads as nothing; only then is it asked whether the cgroup
+        // itself is gone (so a cgroup with all its files costs no stat).
+        let lacking = (wanted.cpu && stats.cpu.is_none())
+            || (wanted.memory && stats.memory.is_none())
+            || (wanted.numa && stats.numa.is_none())
+            || (wanted.cpuset && stats.cpuset.is_none());
+        if lacking && let Some(missing) = paths.values().find(|p| !p.is_dir()) {
+            return Err(CgroupError::Missing {
+                name: name.to_string(),
+                path: missing.clone(),
+            });
+        }
+        Ok(stats)
     }
 }
 
@@ -610,14 +617,10 @@ impl CgroupWriter for CgroupfsBackend {
 
 /// Reads a file; `None` when it does not exist.
 pub(super) fn read_optional(path: &Path) -> Result<Option<String>, CgroupError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(CgroupError::Read {
-            path: path.to_owned(),
-            source,
-        }),
-    }
+    stats::read_kernel_file(path).map_err(|source| CgroupError::Read {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Writes `value` with a single write (cgroup files take one value per write). An empty value

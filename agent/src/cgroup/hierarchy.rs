@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use super::walk::Walk;
+
 /// Errors while walking a cgroup hierarchy.
 #[derive(Debug, thiserror::Error)]
 pub enum HierarchyError {
@@ -32,15 +34,22 @@ impl CgroupPaths {
             source,
         };
         let found = super::walk::walk(root, None).map_err(root_error)?;
+        Self::from_walk(root, &found)
+    }
+
+    /// The ids and paths of a walk of the hierarchy mounted at `root` (an empty walk: the
+    /// root is missing).
+    pub fn from_walk(root: &Path, found: &Walk) -> Result<Self, HierarchyError> {
         if found.dirs.is_empty() {
-            return Err(root_error(std::io::Error::from(
-                std::io::ErrorKind::NotFound,
-            )));
+            return Err(HierarchyError::Root {
+                path: root.to_owned(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
         }
         let by_id = found
             .dirs
-            .into_iter()
-            .map(|dir| (dir.ino, dir.relative))
+            .iter()
+            .map(|dir| (dir.ino, dir.relative.clone()))
             .collect();
         Ok(Self { by_id })
     }

@@ -220,14 +220,26 @@ pub fn parse_numa_stat(text: &str) -> Result<NumaStat, LineError> {
 
 /// Reads a file; `None` when it does not exist.
 pub fn read_optional(path: &Path) -> Result<Option<String>, StatsError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(StatsError::Read {
-            path: path.to_owned(),
-            source,
-        }),
-    }
+    read_kernel_file(path).map_err(|source| StatsError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The text of a cgroupfs (or sysfs) file, `None` when it does not exist: open, read until
+/// the end, close. Unlike `std::fs::read_to_string` it asks no size first (kernfs files report
+/// 4096 or 0 whatever they hold), which saves a `statx` per file on every read of the tree.
+pub fn read_kernel_file(path: &Path) -> io::Result<Option<String>> {
+    use std::io::Read as _;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut text = String::with_capacity(512);
+    // `Take` reads without the size hint `File` would ask for.
+    file.take(u64::MAX).read_to_string(&mut text)?;
+    Ok(Some(text))
 }
 
 /// v1 CPU statistics of the cgroup directories `cpu_dir` (cpu hierarchy) and `cpuacct_dir`.
@@ -307,6 +319,21 @@ fn read_effective(
             mems: mems.unwrap_or_default(),
         })),
     }
+}
+
+/// The effective CPUs alone (`cpuset.effective_cpus` on v1, `cpuset.cpus.effective` on v2)
+/// of a cgroup directory; `None` when the file is not there.
+pub fn read_effective_cpus(dir: &Path, v1: bool) -> Result<Option<CpuSet>, StatsError> {
+    let path = dir.join(if v1 {
+        "cpuset.effective_cpus"
+    } else {
+        "cpuset.cpus.effective"
+    });
+    read_optional(&path)?
+        .map(|text| {
+            CpuSet::parse(&text).map_err(|e| LineError::new(text.trim(), e.to_string()).at(&path))
+        })
+        .transpose()
 }
 
 /// v1 `cpuset.effective_cpus` / `cpuset.effective_mems` of a cgroup directory.

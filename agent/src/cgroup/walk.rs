@@ -2,9 +2,14 @@
 //! resolution, destroy and process listing, children, the throttling and NUMA readers) goes
 //! through [`walk`], so they agree on what a cgroup is (a directory, links not followed) and on
 //! what a cgroup removed during the walk means (it is skipped, not an error).
+//!
+//! [`SharedWalks`] lets the readers of one `/metrics` scrape share one walk per hierarchy.
+use std::collections::HashMap;
 use std::io;
-use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::fs::{DirEntryExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 /// One cgroup directory found by [`walk`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,25 +24,42 @@ pub struct CgroupDir {
 }
 
 /// What [`walk`] found.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Walk {
     /// Parents before their children; empty when the root does not exist.
     pub dirs: Vec<CgroupDir>,
     /// Directories that exist but could not be listed (their children are missing from
     /// `dirs`), with the error.
     pub unreadable: Vec<(PathBuf, io::Error)>,
+    /// When the walk began: a cgroup removed before then is not in it.
+    pub started: Instant,
+}
+
+impl Walk {
+    fn empty(started: Instant) -> Self {
+        Self {
+            dirs: Vec::new(),
+            unreadable: Vec::new(),
+            started,
+        }
+    }
 }
 
 /// Lists `root` and every directory below it, at most `max_depth` levels down (`None`: all).
 /// A root that does not exist gives an empty walk; one that cannot be read is an error.
-/// Directories removed meanwhile are skipped.
+/// A directory removed between its parent's listing and its own is listed without children
+/// (as if it had been removed just after the walk). Costs per directory one open, its
+/// `getdents64` calls and a close: no stat, the ids come from the directory entries (kernfs
+/// gives a cgroup's id there as in `stat`; a directory something is mounted on would give the
+/// id of the directory underneath, which cannot happen inside a cgroup hierarchy's tree).
 pub fn walk(root: &Path, max_depth: Option<usize>) -> io::Result<Walk> {
+    let started = Instant::now();
     let meta = match std::fs::metadata(root) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Walk::default()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Walk::empty(started)),
         Err(e) => return Err(e),
     };
-    let mut out = Walk::default();
+    let mut out = Walk::empty(started);
     let first = std::fs::read_dir(root)?;
     out.dirs.push(CgroupDir {
         path: root.to_owned(),
@@ -58,17 +80,15 @@ pub fn walk(root: &Path, max_depth: Option<usize>) -> io::Result<Walk> {
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
-            let Ok(meta) = entry.metadata() else {
-                // Removed meanwhile.
-                continue;
-            };
             let child_relative = format!("{relative}/{}", entry.file_name().to_string_lossy());
             let path = entry.path();
             out.dirs.push(CgroupDir {
                 path: path.clone(),
                 relative: child_relative.clone(),
                 depth: depth + 1,
-                ino: meta.ino(),
+                // The inode number getdents gave: kernfs reports the node's id there as in
+                // stat, so no stat per directory.
+                ino: entry.ino(),
             });
             if max_depth.is_some_and(|max| depth + 1 >= max) {
                 continue;
@@ -81,6 +101,76 @@ pub fn walk(root: &Path, max_depth: Option<usize>) -> io::Result<Walk> {
         }
     }
     Ok(out)
+}
+
+/// Whole-hierarchy walks shared by the readers of one scrape. Inside a [`WalkScope`] each
+/// root is walked once and handed to every reader that asks; a reader that needs a walk begun
+/// after some instant (to tell that a cgroup it sampled earlier is gone) gets a new one, which
+/// the readers after it share. Outside every scope each request walks afresh, so a reader
+/// never sees a walk older than its own call unless a scrape is under way.
+#[derive(Debug, Default)]
+pub struct SharedWalks {
+    state: Mutex<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// Scopes open now (scrapes may overlap).
+    scopes: usize,
+    walks: HashMap<PathBuf, Arc<Walk>>,
+}
+
+/// While it lives, [`SharedWalks`] keeps its walks; the last scope dropped forgets them.
+#[derive(Debug)]
+pub struct WalkScope {
+    walks: Arc<SharedWalks>,
+}
+
+impl SharedWalks {
+    /// Opens a scope (one scrape).
+    #[must_use]
+    pub fn scope(self: &Arc<Self>) -> WalkScope {
+        self.lock().scopes += 1;
+        WalkScope {
+            walks: Arc::clone(self),
+        }
+    }
+
+    /// A walk of the whole tree under `root`: the scope's, or a new one.
+    pub fn walk(&self, root: &Path) -> io::Result<Arc<Walk>> {
+        self.walk_begun_after(root, None)
+    }
+
+    /// A walk of `root` begun at or after `after` (`None`: any of this scope).
+    pub fn walk_begun_after(&self, root: &Path, after: Option<Instant>) -> io::Result<Arc<Walk>> {
+        // Held during the walk: a second reader waits for this walk instead of making its own.
+        let mut shared = self.lock();
+        if let Some(found) = shared.walks.get(root)
+            && after.is_none_or(|after| found.started >= after)
+        {
+            return Ok(Arc::clone(found));
+        }
+        let fresh = Arc::new(walk(root, None)?);
+        if shared.scopes > 0 {
+            shared.walks.insert(root.to_owned(), Arc::clone(&fresh));
+        }
+        Ok(fresh)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        // The state is a cache: whatever a panicking holder left is still a valid cache.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for WalkScope {
+    fn drop(&mut self) {
+        let mut shared = self.walks.lock();
+        shared.scopes = shared.scopes.saturating_sub(1);
+        if shared.scopes == 0 {
+            shared.walks.clear();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -137,5 +227,81 @@ mod tests {
         assert_eq!(relatives(&one), [("/".into(), 0), ("/a".into(), 1)]);
         let gone = walk(&root.path().join("nope"), None).expect("missing root is empty");
         assert!(gone.dirs.is_empty());
+    }
+
+    #[test]
+    fn ids_from_directory_entries_are_the_inodes_stat_reports() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(root.path().join("a/b")).expect("mkdir");
+        // And on the real cgroupfs where there is one (kernfs gives the node id in both).
+        let roots = [
+            root.path().to_owned(),
+            PathBuf::from("/sys/fs/cgroup/cpu"),
+            PathBuf::from("/sys/fs/cgroup"),
+        ];
+        for dir in roots.iter().filter(|r| r == &root.path() || is_cgroupfs(r)) {
+            let found = walk(dir, Some(2)).expect("walk");
+            assert!(!found.dirs.is_empty(), "{}", dir.display());
+            for d in &found.dirs {
+                if let Ok(meta) = std::fs::metadata(&d.path) {
+                    assert_eq!(d.ino, meta.ino(), "{}", d.path.display());
+                }
+            }
+        }
+    }
+
+    fn is_cgroupfs(dir: &Path) -> bool {
+        let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+            return false;
+        };
+        // SAFETY: statfs(2) reads the NUL-terminated path and fills the zeroed struct we own.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; both pointers are valid for the call.
+        let rc = unsafe { libc::statfs(c.as_ptr(), &raw mut fs) };
+        rc == 0
+            && matches!(
+                fs.f_type,
+                libc::CGROUP_SUPER_MAGIC | libc::CGROUP2_SUPER_MAGIC
+            )
+    }
+
+    #[test]
+    fn a_scope_shares_one_walk_and_outside_every_scope_each_call_walks() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(root.path().join("a")).expect("mkdir");
+        let walks = Arc::new(SharedWalks::default());
+        let names = |w: &Walk| {
+            w.dirs
+                .iter()
+                .map(|d| d.relative.clone())
+                .collect::<Vec<_>>()
+        };
+
+        let scope = walks.scope();
+        let first = walks.walk(root.path()).expect("walk");
+        std::fs::create_dir(root.path().join("b")).expect("mkdir");
+        let second = walks.walk(root.path()).expect("walk");
+        assert!(Arc::ptr_eq(&first, &second), "one walk per scope");
+        assert!(!names(&second).contains(&"/b".to_owned()));
+        // A reader that sampled after the shared walk began gets a newer one, and the
+        // readers after it share that.
+        let sampled = Instant::now();
+        let newer = walks
+            .walk_begun_after(root.path(), Some(sampled))
+            .expect("walk");
+        assert!(names(&newer).contains(&"/b".to_owned()));
+        assert!(Arc::ptr_eq(&newer, &walks.walk(root.path()).expect("walk")));
+        drop(scope);
+
+        std::fs::create_dir(root.path().join("c")).expect("mkdir");
+        let unscoped = walks.walk(root.path()).expect("walk");
+        assert!(
+            names(&unscoped).contains(&"/c".to_owned()),
+            "no scope: a fresh walk"
+        );
+        assert!(!Arc::ptr_eq(
+            &unscoped,
+            &walks.walk(root.path()).expect("walk")
+        ));
     }
 }

@@ -6,7 +6,7 @@
 //! gone, and never lets a series go backwards.
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
@@ -16,6 +16,7 @@ use super::families::{
     DROPPED, DROPPED_HELP, EVENTS, EVENTS_HELP, MAP_CAPACITY, MAP_CAPACITY_HELP, MAP_ENTRIES,
     MAP_ENTRIES_HELP, ProbeHealth, as_f64, cgroup_labels, family, sample_and_paths,
 };
+use crate::cgroup::walk::SharedWalks;
 use crate::cm::index::WorkloadIndex;
 use crate::probes::cpu_time::{CpuTimeSample, PROBE_NAME};
 use crate::probes::sched_switch::SharedSwitchProbe;
@@ -45,6 +46,7 @@ struct State {
     source: Box<dyn CpuTimeSource>,
     workloads: WorkloadIndex,
     hierarchy_root: PathBuf,
+    walks: Arc<SharedWalks>,
     /// Last exported nanoseconds per cgroup id, so a series never decreases.
     last: HashMap<u64, u64>,
 }
@@ -67,6 +69,7 @@ impl CgroupCpuCollector {
     pub fn new(
         source: Box<dyn CpuTimeSource>,
         hierarchy_root: PathBuf,
+        walks: Arc<SharedWalks>,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
         let descs = vec![
@@ -112,6 +115,7 @@ impl CgroupCpuCollector {
                 source,
                 workloads,
                 hierarchy_root,
+                walks,
                 last: HashMap::new(),
             }),
             descs,
@@ -129,9 +133,14 @@ impl Collector for CgroupCpuCollector {
             tracing::error!("cpu-time collector state poisoned by an earlier panic");
             return Vec::new();
         };
-        let sampled = state.source.sample();
-        let Some((sample, paths)) = sample_and_paths(PROBE_NAME, sampled, &state.hierarchy_root)
-        else {
+        let state = &mut *state;
+        let Some((sample, paths)) = sample_and_paths(
+            PROBE_NAME,
+            || state.source.sample(),
+            |s: &CpuTimeSample| s.nanos_by_cgroup.keys().copied().collect(),
+            &state.walks,
+            &state.hierarchy_root,
+        ) else {
             return Vec::new();
         };
         let mut series = Vec::new();
@@ -257,9 +266,13 @@ mod tests {
                 qos_class: QosClass::Burstable,
             },
         );
-        let collector =
-            CgroupCpuCollector::new(Box::new(source), root.path().to_owned(), workloads)
-                .expect("collector");
+        let collector = CgroupCpuCollector::new(
+            Box::new(source),
+            root.path().to_owned(),
+            Arc::default(),
+            workloads,
+        )
+        .expect("collector");
         metrics
             .register("cgroup_cpu", Ok(collector))
             .expect("register");
@@ -313,5 +326,40 @@ mod tests {
                 "qosd_cgroup_cpu_seconds_total{cgroup=\"/pod/ctr\",container=\"app\",namespace=\"prod\",pod=\"web\",qos_class=\"burstable\"} 0.5"
             )
         );
+    }
+
+    #[test]
+    fn a_cgroup_created_after_the_scrapes_shared_walk_is_resolved_not_forgotten() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let metrics = Metrics::new().expect("registry");
+        // Another collector of this scrape walked the hierarchy before the cgroup existed.
+        let scope = metrics.walks.scope();
+        let before = metrics.walks.walk(root.path()).expect("walk");
+        std::fs::create_dir(root.path().join("new")).expect("mkdir");
+        let new = std::fs::metadata(root.path().join("new"))
+            .expect("stat")
+            .ino();
+        assert!(before.dirs.iter().all(|d| d.ino != new));
+        let forgotten = Arc::new(StdMutex::new(Vec::new()));
+        let source = FakeSource {
+            samples: vec![HashMap::from([(new, 2_000_000_000)])],
+            forgotten: forgotten.clone(),
+        };
+        let collector = CgroupCpuCollector::new(
+            Box::new(source),
+            root.path().to_owned(),
+            metrics.walks,
+            WorkloadIndex::new(),
+        )
+        .expect("collector");
+        let families = collector.collect();
+        drop(scope);
+        let cpu = families
+            .iter()
+            .find(|f| f.name() == CPU_SECONDS)
+            .expect("cpu family");
+        assert_eq!(cpu.get_metric().len(), 1, "{cpu:?}");
+        assert_eq!(cpu.get_metric()[0].get_label()[0].value(), "/new");
+        assert!(forgotten.lock().expect("lock").is_empty());
     }
 }

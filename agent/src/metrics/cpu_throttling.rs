@@ -5,12 +5,14 @@
 //! Read at scrape time, so the series are exactly the kernel's counters.
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::families::{as_f64, cgroup_labels, family};
 use crate::cgroup::cfs::{CfsCounters, read_cfs_counters};
+use crate::cgroup::walk::SharedWalks;
 use crate::cm::index::WorkloadIndex;
 
 const PERIODS: &str = "qosd_cpu_periods_total";
@@ -25,15 +27,18 @@ const THROTTLED_SECONDS_HELP: &str =
 /// Collects the `cpu.stat` throttling counters at scrape time.
 pub struct CpuThrottlingCollector {
     hierarchy_root: PathBuf,
+    walks: Arc<SharedWalks>,
     v1: bool,
     workloads: WorkloadIndex,
     descs: Vec<Desc>,
 }
 
 impl CpuThrottlingCollector {
-    /// Reads `cpu.stat` under the cpu hierarchy mounted at `hierarchy_root` (`v1`: its format).
+    /// Reads `cpu.stat` under the cpu hierarchy mounted at `hierarchy_root` (`v1`: its format),
+    /// over the scrape's walk of it from `walks`.
     pub fn new(
         hierarchy_root: PathBuf,
+        walks: Arc<SharedWalks>,
         v1: bool,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
@@ -54,6 +59,7 @@ impl CpuThrottlingCollector {
         .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             hierarchy_root,
+            walks,
             v1,
             workloads,
             descs,
@@ -67,7 +73,14 @@ impl Collector for CpuThrottlingCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let mut counters = match read_cfs_counters(&self.hierarchy_root, self.v1) {
+        let found = match self.walks.walk(&self.hierarchy_root) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(root = %self.hierarchy_root.display(), error = %e, "walking the cpu hierarchy");
+                return Vec::new();
+            }
+        };
+        let mut counters = match read_cfs_counters(&found, self.v1) {
             Ok(counters) => counters,
             Err(e) => {
                 tracing::warn!(error = %e, "reading cpu.stat");

@@ -2,26 +2,56 @@
 //! cgroups (path plus the owning workload), counters and gauges, float conversion, and the
 //! probes' health series that every probe's collector adds to (the registry merges families of
 //! one name).
+use std::path::Path;
+use std::time::Instant;
+
 use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 
-use crate::cgroup::CgroupPaths;
+use crate::cgroup::walk::SharedWalks;
+use crate::cgroup::{CgroupPaths, HierarchyError};
 use crate::cm::index::WorkloadIndex;
 
 /// The common start of a probe collector's scrape: the probe's sample and the cgroup paths to
-/// resolve its ids, or `None` (logged) when either cannot be had.
+/// resolve its ids, or `None` (logged) when either cannot be had. The paths come from the
+/// scrape's shared walk of `hierarchy_root`; when that walk lacks one of the sample's ids
+/// (`ids`) and began before the sample was read, the hierarchy is walked again, so an id the
+/// paths do not resolve is always of a cgroup removed before the walk (the collectors then
+/// forget its counters).
 pub(crate) fn sample_and_paths<S>(
     probe: &str,
-    sample: Result<S, super::SampleError>,
-    hierarchy_root: &std::path::Path,
+    sample: impl FnOnce() -> Result<S, super::SampleError>,
+    ids: impl Fn(&S) -> Vec<u64>,
+    walks: &SharedWalks,
+    hierarchy_root: &Path,
 ) -> Option<(S, CgroupPaths)> {
-    let sample = match sample {
+    let sampled_at = Instant::now();
+    let sample = match sample() {
         Ok(sample) => sample,
         Err(e) => {
             tracing::warn!(probe, error = %e, "reading the probe's maps");
             return None;
         }
     };
-    match CgroupPaths::scan(hierarchy_root) {
+    let paths = |after| {
+        walks
+            .walk_begun_after(hierarchy_root, after)
+            .map_err(|source| HierarchyError::Root {
+                path: hierarchy_root.to_owned(),
+                source,
+            })
+            .and_then(|found| {
+                let paths = CgroupPaths::from_walk(hierarchy_root, &found)?;
+                Ok((paths, found.started >= sampled_at))
+            })
+    };
+    let resolved = paths(None).and_then(|(shared, after_sample)| {
+        if after_sample || ids(&sample).into_iter().all(|id| shared.path(id).is_some()) {
+            Ok(shared)
+        } else {
+            paths(Some(sampled_at)).map(|(fresh, _)| fresh)
+        }
+    });
+    match resolved {
         Ok(paths) => Some((sample, paths)),
         Err(e) => {
             tracing::warn!(error = %e, "resolving cgroup ids");

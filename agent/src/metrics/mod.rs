@@ -14,7 +14,11 @@ pub mod numa;
 pub mod runqlat;
 pub mod server;
 
+use std::sync::Arc;
+
 use prometheus::{IntGaugeVec, Opts, Registry};
+
+use crate::cgroup::walk::SharedWalks;
 
 use crate::probes::ProbeMode;
 
@@ -45,6 +49,8 @@ pub enum SampleError {
 /// The agent's registry with its static series.
 pub struct Metrics {
     pub registry: Registry,
+    /// The cgroup walks the collectors of one scrape share (one per hierarchy).
+    pub walks: Arc<SharedWalks>,
     probe_info: IntGaugeVec,
 }
 
@@ -81,6 +87,7 @@ impl Metrics {
         }
         Ok(Self {
             registry,
+            walks: Arc::default(),
             probe_info,
         })
     }
@@ -113,12 +120,17 @@ impl Metrics {
             .map_err(|source| MetricsError::Register { name, source })
     }
 
-    /// The text exposition of every metric.
+    /// The text exposition of every metric; the collectors share one walk of each cgroup
+    /// hierarchy.
     #[must_use]
     pub fn render(&self) -> String {
+        let families = {
+            let _scrape = self.walks.scope();
+            self.registry.gather()
+        };
         let encoder = prometheus::TextEncoder::new();
         encoder
-            .encode_to_string(&self.registry.gather())
+            .encode_to_string(&families)
             .unwrap_or_else(|e| format!("# encoding failed: {e}\n"))
     }
 }

@@ -15,7 +15,7 @@
 //! health series. A probe that is not attached exports nothing (its mode says why).
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
@@ -23,6 +23,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use super::SampleError;
 use super::families::{ProbeHealth, as_f64, cgroup_labels, family, sample_and_paths};
 use crate::cgroup::CgroupPaths;
+use crate::cgroup::walk::SharedWalks;
 use crate::cm::index::WorkloadIndex;
 use crate::numa::NumaMemoryReader;
 use crate::probes::ProbeMode;
@@ -98,6 +99,7 @@ struct State {
     source: Box<dyn NumaSource>,
     workloads: WorkloadIndex,
     hierarchy_root: PathBuf,
+    walks: Arc<SharedWalks>,
 }
 
 /// Collects the hinting-fault, page-allocation and migration series at scrape time.
@@ -111,6 +113,7 @@ impl NumaCollector {
     pub fn new(
         source: Box<dyn NumaSource>,
         hierarchy_root: PathBuf,
+        walks: Arc<SharedWalks>,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
         Ok(Self {
@@ -118,6 +121,7 @@ impl NumaCollector {
                 source,
                 workloads,
                 hierarchy_root,
+                walks,
             }),
             descs: descs(&[
                 (HINT_FAULTS, HINT_FAULTS_HELP),
@@ -138,8 +142,21 @@ impl Collector for NumaCollector {
             tracing::error!("NUMA collector state poisoned by an earlier panic");
             return Vec::new();
         };
-        let sampled = state.source.sample();
-        let Some((sample, paths)) = sample_and_paths("numa", sampled, &state.hierarchy_root) else {
+        let state = &mut *state;
+        let Some((sample, paths)) = sample_and_paths(
+            "numa",
+            || state.source.sample(),
+            |s: &NumaSample| {
+                s.hint_faults
+                    .keys()
+                    .chain(s.page_allocs.keys())
+                    .chain(s.migrations.keys())
+                    .copied()
+                    .collect()
+            },
+            &state.walks,
+            &state.hierarchy_root,
+        ) else {
             return Vec::new();
         };
         let live = state.source.live();
@@ -230,18 +247,22 @@ fn locality_series(
 /// Collects `qosd_numa_memory_bytes` from cgroupfs at scrape time.
 pub struct NumaMemoryCollector {
     reader: NumaMemoryReader,
+    walks: Arc<SharedWalks>,
     workloads: WorkloadIndex,
     descs: Vec<Desc>,
 }
 
 impl NumaMemoryCollector {
-    /// A collector over `reader`, labelling managed cgroups through `workloads`.
+    /// A collector over `reader` and the scrape's walks, labelling managed cgroups through
+    /// `workloads`.
     pub fn new(
         reader: NumaMemoryReader,
+        walks: Arc<SharedWalks>,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
         Ok(Self {
             reader,
+            walks,
             workloads,
             descs: descs(&[(MEMORY, MEMORY_HELP)])?,
         })
@@ -254,7 +275,7 @@ impl Collector for NumaMemoryCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let cgroups = match self.reader.read_all() {
+        let cgroups = match self.reader.read_all(&self.walks) {
             Ok(cgroups) => cgroups,
             Err(e) => {
                 tracing::warn!(error = %e, "reading memory.numa_stat");
@@ -349,8 +370,13 @@ mod tests {
             forgotten: forgotten.clone(),
         };
         let metrics = Metrics::new().expect("registry");
-        let collector = NumaCollector::new(Box::new(fake), root.path().to_owned(), workloads)
-            .expect("collector");
+        let collector = NumaCollector::new(
+            Box::new(fake),
+            root.path().to_owned(),
+            Arc::default(),
+            workloads,
+        )
+        .expect("collector");
         metrics.register("numa", Ok(collector)).expect("register");
         let text = metrics.render();
         // Label names are sorted in the exposition.
@@ -430,7 +456,10 @@ mod tests {
         workloads.insert(std::fs::metadata(r.join("job")).expect("stat").ino(), pod());
         let metrics = Metrics::new().expect("registry");
         metrics
-            .register("numa_memory", NumaMemoryCollector::new(reader, workloads))
+            .register(
+                "numa_memory",
+                NumaMemoryCollector::new(reader, Arc::default(), workloads),
+            )
             .expect("register");
         let text = metrics.render();
         let common = "container=\"c\",locality=\"{}\",namespace=\"ns\",node=\"{}\",pod=\"p\",qos_class=\"guaranteed\"";

@@ -13,7 +13,7 @@
 //!   `qosd_bpf_map_entries`, `qosd_bpf_map_capacity` (merged with the cpu-time probe's).
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
@@ -21,6 +21,7 @@ use prometheus::proto::{self, MetricFamily, MetricType};
 use super::SampleError;
 use super::families::{ProbeHealth, as_f64, cgroup_labels, family, label_pairs, sample_and_paths};
 use crate::cgroup::CgroupPaths;
+use crate::cgroup::walk::SharedWalks;
 use crate::cm::index::WorkloadIndex;
 use crate::probes::runqlat::{self, Log2Histogram, RunqSample};
 use crate::probes::sched_switch::SharedSwitchProbe;
@@ -78,6 +79,7 @@ struct State {
     source: Box<dyn RunqSource>,
     workloads: WorkloadIndex,
     hierarchy_root: PathBuf,
+    walks: Arc<SharedWalks>,
 }
 
 /// Collects the run-queue and throttle-episode series at scrape time.
@@ -91,6 +93,7 @@ impl RunqCollector {
     pub fn new(
         source: Box<dyn RunqSource>,
         hierarchy_root: PathBuf,
+        walks: Arc<SharedWalks>,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
         let desc = |name: &str, help: &str, labels: &[&str]| {
@@ -131,6 +134,7 @@ impl RunqCollector {
                 source,
                 workloads,
                 hierarchy_root,
+                walks,
             }),
             descs,
         })
@@ -147,10 +151,21 @@ impl Collector for RunqCollector {
             tracing::error!("run-queue collector state poisoned by an earlier panic");
             return Vec::new();
         };
-        let sampled = state.source.sample();
-        let Some((sample, paths)) =
-            sample_and_paths(runqlat::PROBE_NAME, sampled, &state.hierarchy_root)
-        else {
+        let state = &mut *state;
+        let Some((sample, paths)) = sample_and_paths(
+            runqlat::PROBE_NAME,
+            || state.source.sample(),
+            |s: &RunqSample| {
+                s.waits
+                    .keys()
+                    .chain(s.throttle_episodes.keys())
+                    .copied()
+                    .chain(s.preemptions.keys().flat_map(|&(v, p)| [v, p]))
+                    .collect()
+            },
+            &state.walks,
+            &state.hierarchy_root,
+        ) else {
             return Vec::new();
         };
         let mut gone = Vec::new();
@@ -402,9 +417,13 @@ mod tests {
                 qos_class: QosClass::BestEffort,
             },
         );
-        let collector =
-            RunqCollector::new(Box::new(Fake(sample)), root.path().to_owned(), workloads)
-                .expect("collector");
+        let collector = RunqCollector::new(
+            Box::new(Fake(sample)),
+            root.path().to_owned(),
+            Arc::default(),
+            workloads,
+        )
+        .expect("collector");
         metrics.register("runq", Ok(collector)).expect("register");
         let text = metrics.render();
         for want in [

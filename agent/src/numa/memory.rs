@@ -10,14 +10,13 @@
 //! same path). A cgroup without its own cpuset file (the controller is not enabled there, or
 //! the v1 cpuset hierarchy has no cgroup at that path) uses the nearest ancestor's; with none,
 //! every CPU of the machine.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use super::{Locality, NodeLayout};
-use crate::cgroup::stats::{
-    self, EffectiveCpuset, NumaStat as KernelNumaStat, NumaUnit, StatsError,
-};
+use crate::cgroup::stats::{self, NumaStat as KernelNumaStat, NumaUnit, StatsError};
+use crate::cgroup::walk::SharedWalks;
 use crate::cgroup::{CgroupLayout, CgroupPaths, CpuSet, HierarchyError};
 
 /// Errors while reading a cgroup's NUMA memory.
@@ -130,13 +129,29 @@ impl NumaMemoryReader {
         })
     }
 
-    /// Every cgroup with resident memory. A cgroup whose files cannot be read or understood
-    /// is logged and left out; only an unreadable hierarchy root is an error.
-    pub fn read_all(&self) -> Result<Vec<CgroupNumaMemory>, MemoryError> {
-        let paths = CgroupPaths::scan(&self.memory_root)?;
+    /// Every cgroup with resident memory, over the walks of the memory hierarchy and of the
+    /// one the ids come from that `walks` shares (one per scrape). A cgroup whose files cannot
+    /// be read or understood is logged and left out; only an unreadable hierarchy root is an
+    /// error.
+    pub fn read_all(&self, walks: &SharedWalks) -> Result<Vec<CgroupNumaMemory>, MemoryError> {
+        let walked = |root: &Path| {
+            walks.walk(root).map_err(|source| HierarchyError::Root {
+                path: root.to_owned(),
+                source,
+            })
+        };
+        let memory = walked(&self.memory_root)?;
+        let paths = CgroupPaths::from_walk(&self.memory_root, &memory)?;
+        let id_walk = walked(&self.id_root)?;
+        let ids: HashMap<&str, u64> = id_walk
+            .dirs
+            .iter()
+            .map(|d| (d.relative.as_str(), d.ino))
+            .collect();
         let mut out = Vec::new();
         for (_, path) in paths.iter() {
-            match self.read_one(path) {
+            // A cgroup missing from the id hierarchy's walk is looked up on its own.
+            match self.read_at(path, ids.get(path).copied()) {
                 Ok(Some(memory)) => out.push(memory),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(cgroup = path, error = %e, "reading NUMA memory"),
@@ -150,6 +165,15 @@ impl NumaMemoryReader {
     /// `memory.numa_stat` (removed, or the memory controller is not enabled there) or no
     /// resident memory.
     pub fn read_one(&self, path: &str) -> Result<Option<CgroupNumaMemory>, MemoryError> {
+        self.read_at(path, None)
+    }
+
+    /// [`Self::read_one`] with the cgroup's id when known (`None`: a `stat` finds it).
+    fn read_at(
+        &self,
+        path: &str,
+        cgroup_id: Option<u64>,
+    ) -> Result<Option<CgroupNumaMemory>, MemoryError> {
         let dir = join(&self.memory_root, path);
         let Some(stat) = stats::read_numa_stat(&dir)? else {
             return Ok(None);
@@ -172,7 +196,8 @@ impl NumaMemoryReader {
                 (node, bytes, locality)
             })
             .collect();
-        let cgroup_id = std::fs::metadata(join(&self.id_root, path)).map_or(0, |m| m.ino());
+        let cgroup_id = cgroup_id
+            .unwrap_or_else(|| std::fs::metadata(join(&self.id_root, path)).map_or(0, |m| m.ino()));
         Ok(Some(CgroupNumaMemory {
             path: path.to_owned(),
             cgroup_id,
@@ -189,13 +214,10 @@ impl NumaMemoryReader {
         let mut current = Some(path);
         while let Some(p) = current {
             let dir = join(root, p);
-            let effective: Option<EffectiveCpuset> = if self.v1 {
-                stats::read_effective_cpuset_v1(&dir)?
-            } else {
-                stats::read_effective_cpuset_v2(&dir)?
-            };
-            if let Some(set) = effective.filter(|s| !s.cpus.is_empty()) {
-                return Ok(set.cpus.into_iter().collect());
+            if let Some(cpus) =
+                stats::read_effective_cpus(&dir, self.v1)?.filter(|cpus| !cpus.is_empty())
+            {
+                return Ok(cpus);
             }
             current = parent(p);
         }
@@ -318,7 +340,7 @@ hierarchical_unevictable=2926 N0=2926
             layout: two_nodes(),
             page_size: PAGE,
         };
-        let all = reader.read_all().expect("read");
+        let all = reader.read_all(&SharedWalks::default()).expect("read");
         let paths: Vec<&str> = all.iter().map(|m| m.path.as_str()).collect();
         assert_eq!(paths, ["/other", "/pods/a/ctr"]);
         let ctr = &all[1];

@@ -9,6 +9,8 @@
 //! A process qosd did not start (a container left running by a qosd that was killed) can be
 //! adopted: [`AdoptedProcess`] holds a pidfd, which tells when the process has ended (its exit
 //! status belongs to its real parent and cannot be known) and cannot be fooled by pid reuse.
+//! The supervisor holds a [`PidFd`] for the children it starts too, so one [`ended`] poll
+//! per tick finds the processes that exited, whatever the number of containers.
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -143,35 +145,66 @@ pub fn signal_group(pid: u32, signal: i32) -> Result<(), ProcessError> {
     Ok(())
 }
 
+/// A pidfd (`pidfd_open(2)`, Linux 5.3+): it becomes readable when its process ends, and
+/// it keeps naming that process even if the pid is reused.
+#[derive(Debug)]
+pub struct PidFd(OwnedFd);
+
+impl PidFd {
+    /// Opens a pidfd for `pid`; a process that has ended but is not reaped yet (a zombie)
+    /// still has one, which is readable at once.
+    pub fn open(pid: u32) -> std::io::Result<Self> {
+        let raw_pid = libc::pid_t::try_from(pid)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1; no memory
+        // is passed.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let fd = i32::try_from(fd).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// True once the process has ended.
+    pub fn has_exited(&self) -> std::io::Result<bool> {
+        Ok(ended(&[self])?.first().copied().unwrap_or(false))
+    }
+}
+
+/// Which of `pidfds` have ended, asked in one `poll(2)` that does not block: what lets the
+/// supervisor reap only the processes that exited instead of calling `wait4` on each.
+pub fn ended(pidfds: &[&PidFd]) -> std::io::Result<Vec<bool>> {
+    let mut polls: Vec<libc::pollfd> = pidfds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let count = libc::nfds_t::try_from(polls.len())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `polls` is a live array of `count` pollfds; timeout 0 never blocks.
+    let ready = unsafe { libc::poll(polls.as_mut_ptr(), count, 0) };
+    if ready < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(polls.iter().map(|p| p.revents != 0).collect())
+}
+
 /// A running process that qosd did not start, watched through a pidfd.
 #[derive(Debug)]
 pub struct AdoptedProcess {
     pid: u32,
-    pidfd: OwnedFd,
+    pidfd: PidFd,
 }
 
 impl AdoptedProcess {
     /// Opens a pidfd for `pid` (Linux 5.3+). Fails if the process does not exist.
     pub fn adopt(pid: u32) -> Result<Self, ProcessError> {
-        let raw_pid = libc::pid_t::try_from(pid).map_err(|_| ProcessError::Adopt {
-            pid,
-            source: std::io::Error::from_raw_os_error(libc::ESRCH),
-        })?;
-        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1; no memory
-        // is passed.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0) };
-        if fd < 0 {
-            return Err(ProcessError::Adopt {
-                pid,
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        let fd = i32::try_from(fd).map_err(|_| ProcessError::Adopt {
-            pid,
-            source: std::io::Error::from_raw_os_error(libc::EBADF),
-        })?;
-        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let pidfd = PidFd::open(pid).map_err(|source| ProcessError::Adopt { pid, source })?;
         Ok(Self { pid, pidfd })
     }
 
@@ -181,19 +214,15 @@ impl AdoptedProcess {
         self.pid
     }
 
+    /// The pidfd that tells when the process has ended.
+    #[must_use]
+    pub fn pidfd(&self) -> &PidFd {
+        &self.pidfd
+    }
+
     /// True once the process has ended (a pidfd becomes readable when it does).
     pub fn has_exited(&self) -> std::io::Result<bool> {
-        let mut poll = libc::pollfd {
-            fd: self.pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd on our stack, count 1, timeout 0 (no blocking).
-        let ready = unsafe { libc::poll(&raw mut poll, 1, 0) };
-        if ready < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(ready > 0)
+        self.pidfd.has_exited()
     }
 }
 
@@ -288,6 +317,34 @@ mod tests {
 mod adopt_tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn one_poll_tells_which_processes_ended() {
+        let run = |script: &str| Launch {
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            env: Vec::new(),
+            log_file: None,
+        };
+        let mut quick = spawn(&run("exit 3"), &CgroupJoin::none()).expect("spawn");
+        let mut slow = spawn(&run("sleep 30"), &CgroupJoin::none()).expect("spawn");
+        let quick_fd = PidFd::open(quick.id()).expect("pidfd_open");
+        let slow_fd = PidFd::open(slow.id()).expect("pidfd_open");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let ready = loop {
+            let ready = ended(&[&slow_fd, &quick_fd]).expect("poll");
+            if ready[1] || Instant::now() > deadline {
+                break ready;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(ready, vec![false, true], "only the exited process is ready");
+        // Readiness does not reap: the exit status is still there for wait4.
+        assert_eq!(quick.wait().expect("wait").code(), Some(3));
+        assert!(ended(&[]).expect("poll of nothing").is_empty());
+        signal_group(slow.id(), libc::SIGKILL).expect("kill");
+        slow.wait().expect("wait");
+        assert!(slow_fd.has_exited().expect("poll"));
+    }
 
     #[test]
     fn an_adopted_process_is_seen_to_exit_and_leads_its_group() {

@@ -13,7 +13,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
-use super::process::{self, AdoptedProcess, Launch};
+use super::process::{self, AdoptedProcess, Launch, PidFd};
 use crate::cgroup::{CgroupJoiner, CgroupName};
 
 /// The exit code recorded for an adopted process, whose real status went to its parent:
@@ -101,10 +101,37 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The container the event is about.
+    #[must_use]
+    pub fn key(&self) -> &ContainerKey {
+        match self {
+            Self::Started { key, .. }
+            | Self::Adopted { key, .. }
+            | Self::Exited { key, .. }
+            | Self::StartFailed { key, .. }
+            | Self::Killed { key }
+            | Self::Stopped { key } => key,
+        }
+    }
+}
+
 /// The process of a running container.
 enum Running {
-    Child(Child),
+    /// Started by this supervisor; the pidfd is `None` where the kernel has no `pidfd_open`
+    /// (the child is then asked with `wait4` every tick).
+    Child(Child, Option<PidFd>),
     Adopted(AdoptedProcess),
+}
+
+impl Running {
+    /// The pidfd that tells when the process ended, if there is one.
+    fn pidfd(&self) -> Option<&PidFd> {
+        match self {
+            Self::Child(_, pidfd) => pidfd.as_ref(),
+            Self::Adopted(adopted) => Some(adopted.pidfd()),
+        }
+    }
 }
 
 struct Entry {
@@ -222,8 +249,9 @@ impl Supervisor {
         let now = Instant::now();
         let mut events = Vec::new();
         let mut gone = Vec::new();
-        for (key, entry) in &mut self.entries {
-            if let Some(exit_code) = reap(entry) {
+        let may_have_ended = self.may_have_ended();
+        for ((key, entry), may_have_ended) in self.entries.iter_mut().zip(may_have_ended) {
+            if let Some(exit_code) = may_have_ended.then(|| reap(entry)).flatten() {
                 events.push(Event::Exited {
                     key: key.clone(),
                     exit_code,
@@ -277,6 +305,32 @@ impl Supervisor {
         events
     }
 
+    /// Per entry (in the map's order): whether its process may have ended and must be reaped.
+    /// One `poll(2)` over every pidfd answers for all of them; a process without a pidfd, or
+    /// a failed poll, means "ask it".
+    fn may_have_ended(&self) -> Vec<bool> {
+        let pidfds: Vec<&PidFd> = self
+            .entries
+            .values()
+            .filter_map(|e| e.child.as_ref()?.pidfd())
+            .collect();
+        let mut ended = match process::ended(&pidfds) {
+            Ok(ended) => ended.into_iter(),
+            Err(e) => {
+                tracing::warn!(error = %e, "polling container pidfds; asking each process");
+                return vec![true; self.entries.len()];
+            }
+        };
+        self.entries
+            .values()
+            .map(|e| match e.child.as_ref() {
+                None => false,
+                Some(running) if running.pidfd().is_some() => ended.next().unwrap_or(true),
+                Some(_) => true,
+            })
+            .collect()
+    }
+
     /// The state of a supervised container.
     #[must_use]
     pub fn state(&self, key: &ContainerKey) -> Option<&ContainerState> {
@@ -323,7 +377,12 @@ fn start(
     match spawned {
         Ok(child) => {
             let pid = child.id();
-            entry.child = Some(Running::Child(child));
+            let pidfd = PidFd::open(pid)
+                .inspect_err(|e| {
+                    tracing::debug!(pid, error = %e, "no pidfd; the process is polled with wait4");
+                })
+                .ok();
+            entry.child = Some(Running::Child(child, pidfd));
             entry.started_at = Instant::now();
             entry.state = ContainerState::Running { pid };
             Event::Started {
@@ -348,7 +407,7 @@ fn start(
 /// ([`UNKNOWN_EXIT_CODE`] for an adopted process).
 fn reap(entry: &mut Entry) -> Option<i32> {
     let child = match entry.child.as_mut()? {
-        Running::Child(child) => child,
+        Running::Child(child, _) => child,
         Running::Adopted(adopted) => {
             return match adopted.has_exited() {
                 Ok(true) => {

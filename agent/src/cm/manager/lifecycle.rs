@@ -10,13 +10,15 @@ use super::ContainerManager;
 use super::{Phase, ROOT_OWNER_FILE, container_names, log_event};
 
 impl ContainerManager {
-    /// Reaps containers, advances init containers, finishes terminations.
+    /// Reaps containers, then advances the pods something happened to (a container event, an
+    /// admission, a termination begun, or the reconcile's sweep of every pod): init containers
+    /// to the next, terminations to their end. A pod nothing happened to costs nothing.
     pub fn tick(&mut self) {
         for event in self.supervisor.tick(&*self.cgroups) {
             log_event(&event);
+            self.to_advance.insert(event.key().pod_uid.clone());
         }
-        let uids: Vec<String> = self.pods.keys().cloned().collect();
-        for uid in uids {
+        for uid in std::mem::take(&mut self.to_advance) {
             self.advance(&uid);
         }
     }
@@ -80,6 +82,7 @@ impl ContainerManager {
                     None => self.launch(uid, &init, true),
                     Some(ContainerState::Terminated { exit_code: 0 }) => {
                         self.set_phase(uid, Phase::Initializing(i + 1));
+                        self.advance(uid);
                     }
                     Some(_) => {}
                 }
@@ -193,6 +196,7 @@ impl ContainerManager {
             return;
         };
         managed.phase = Phase::Terminating;
+        self.to_advance.insert(uid.to_owned());
         let names = container_names(&managed.pod);
         for name in names {
             let key = self.key(uid, &name);

@@ -132,6 +132,8 @@ pub struct ContainerManager {
     written_pool: Cpus,
     /// Containers whose cgroup survived a restart with its process: adopted, not started.
     adoptable: BTreeSet<ContainerKey>,
+    /// Pods the next tick advances (see [`ContainerManager::tick`]).
+    to_advance: BTreeSet<String>,
     /// The feedback policies and the values they lay over kubelet's, when enabled.
     feedback: Option<FeedbackLoop>,
     /// The machine's NUMA nodes (from the layout the feedback was given), for memory moves.
@@ -178,6 +180,7 @@ impl ContainerManager {
             written_pool: resources.shared_pool().clone(),
             resources,
             adoptable: BTreeSet::new(),
+            to_advance: BTreeSet::new(),
             feedback: None,
             numa_nodes: BTreeSet::new(),
         };

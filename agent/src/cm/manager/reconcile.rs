@@ -22,6 +22,9 @@ impl ContainerManager {
         }
         self.enforce_reserved(Cause::Reconcile);
         let uids: Vec<String> = self.pods.keys().cloned().collect();
+        // The next tick advances every pod, whatever events it had: a sweep that would start
+        // anything an event failed to.
+        self.to_advance.extend(uids.iter().cloned());
         for uid in uids {
             if let Err(e) = self.reconcile_pod(&uid, Cause::Reconcile) {
                 tracing::warn!(pod_uid = %uid, error = %e, "reconciling pod cgroups");
@@ -76,15 +79,21 @@ impl ContainerManager {
         Ok(())
     }
 
-    /// Creates `name` with `config`, or rewrites what differs; counts drift and errors.
+    /// Rewrites what differs from `config` in `name`, or creates it; counts drift and errors.
+    /// The update comes first: a cgroup that exists (the usual case) costs no existence check,
+    /// and only a failed update asks whether the cgroup is gone (then it is created).
     pub(super) fn apply(
         &self,
         name: &CgroupName,
         config: &ResourceConfig,
         cause: Cause,
     ) -> Result<(), CgroupError> {
-        if self.cgroups.exists(name)? {
-            let report = self.cgroups.update(name, config)?;
+        let updated = match self.cgroups.update(name, config) {
+            Ok(report) => Some(report),
+            Err(e) if self.cgroups.exists(name)? => return Err(e),
+            Err(_) => None,
+        };
+        if let Some(report) = updated {
             for w in &report.written {
                 if cause == Cause::Reconcile {
                     tracing::info!(file = %w.path.display(), value = %w.value, "corrected drift");
