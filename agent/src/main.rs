@@ -107,8 +107,10 @@ enum Command {
         /// qosd_feedback_decisions_total.
         #[arg(long, value_enum, default_value_t = FeedbackMode::On, env = "QOSD_FEEDBACK")]
         feedback: FeedbackMode,
-        /// How often the feedback takes its measurements (the window it judges, e.g. 5s).
-        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        /// How often the feedback takes its measurements (the window it judges, e.g. 1s, 5s).
+        /// A policy acts on two windows in a row, so 1s decides 2 to 3 s after a condition
+        /// begins.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
         feedback_period: Duration,
         /// How long an intervention stays at least before it may be lifted (doubled while the
         /// trouble comes back soon after each lift).

@@ -95,22 +95,40 @@ impl FeedbackLoop {
     }
 
     /// Takes a snapshot of `watched`, lets the policies decide, and returns what changed.
+    /// The BestEffort tier's CPU counters come from `besteffort_tier` itself (one file for
+    /// every BestEffort pod); its containers' are read only when the tier's cannot be.
     pub(super) fn run(
         &mut self,
         cgroups: &dyn CgroupReader,
         watched: &[Watched],
+        besteffort_tier: &CgroupName,
         now: Instant,
     ) -> Changes {
         self.next = Some(now + self.feedback.period());
+        let cpu_only = StatKinds {
+            cpu: true,
+            memory: false,
+            numa: false,
+            cpuset: false,
+        };
+        let tier = match cgroups.stats_of(besteffort_tier, cpu_only) {
+            Ok(stats) => stats.cpu,
+            Err(e) => {
+                tracing::debug!(cgroup = %besteffort_tier, error = %e, "feedback: BestEffort tier unreadable; reading its containers");
+                None
+            }
+        };
+        let tier_read = tier.as_ref().is_some_and(|t| t.usage_ns.is_some());
         let containers = watched
             .iter()
-            .filter_map(|w| self.read_container(cgroups, w))
+            .filter_map(|w| self.read_container(cgroups, w, tier_read))
             .collect();
         let preemptions = self.read_preemptions();
         self.feedback.observe(Snapshot {
             taken: now,
             containers,
             preemptions,
+            besteffort_tier: tier,
         });
         let overrides = self.feedback.overrides();
         if overrides == self.overrides {
@@ -140,8 +158,9 @@ impl FeedbackLoop {
         &self,
         cgroups: &dyn CgroupReader,
         watched: &Watched,
+        tier_read: bool,
     ) -> Option<ContainerSnapshot> {
-        let stats = match cgroups.stats_of(&watched.cgroup, self.wanted(watched)) {
+        let stats = match cgroups.stats_of(&watched.cgroup, self.wanted(watched, tier_read)) {
             Ok(stats) => stats,
             Err(e) => {
                 tracing::debug!(cgroup = %watched.cgroup, error = %e, "feedback: cgroup unreadable");
@@ -163,14 +182,15 @@ impl FeedbackLoop {
     }
 
     /// What the policies can use of a container, so nothing else is read: CPU counters of
-    /// BestEffort containers (`besteffort_cpu` caps their tier by their use) and of Burstable
-    /// ones with a limit (`cpu_burst`); where its memory and CPUs are (`numa_align`) only on a
-    /// machine with several NUMA nodes and for containers the memory manager did not place.
-    fn wanted(&self, watched: &Watched) -> StatKinds {
+    /// BestEffort containers only when their tier's were not read (`besteffort_cpu` caps the
+    /// tier by its use), of Burstable ones with a limit (`cpu_burst`); where its memory and
+    /// CPUs are (`numa_align`) only on a machine with several NUMA nodes and for containers
+    /// the memory manager did not place.
+    fn wanted(&self, watched: &Watched, tier_read: bool) -> StatKinds {
         let numa = self.numa_nodes > 1 && !watched.mems_pinned;
         StatKinds {
             cpu: match watched.qos {
-                QosClass::BestEffort => true,
+                QosClass::BestEffort => !tier_read,
                 QosClass::Burstable => watched.limit.is_some(),
                 QosClass::Guaranteed => false,
             },

@@ -137,7 +137,7 @@ impl BestEffortPolicy {
         if streak < self.config.windows {
             return Vec::new();
         }
-        let used = window.cpu_used(QosClass::BestEffort);
+        let used = window.besteffort_cpu_used();
         let suppression = Suppression {
             idle: caps.cpu_idle,
             quota_us: cap_quota_us(
@@ -366,6 +366,7 @@ mod tests {
             taken: t0 + Duration::from_secs(5 * i),
             containers: vec![],
             preemptions: None,
+            besteffort_tier: None,
         };
         let snaps = [blind(0), blind(1), blind(2)];
         let all = run(&mut policy, &snaps, &IDLE).concat();

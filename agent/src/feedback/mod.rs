@@ -80,8 +80,8 @@ impl FeedbackConfig {
     /// at least 10m, and idle where the kernel allows; held `hold`, doubling while it comes
     /// back within 10 min, up to 15 min or `hold` if longer); a burst of the whole quota at 10%
     /// throttled periods (2 at least) for 2 windows while using at most 90% of the limit on
-    /// average, lifted after 6 windows without a burst used once held; memory realigned at 50%
-    /// remote for 2 windows (16 MiB or more).
+    /// average, lifted once held and 30 s (6 windows at least) without a burst used; memory
+    /// realigned at 50% remote for 2 windows (16 MiB or more).
     #[must_use]
     pub fn with_defaults(mode: Mode, period: Duration, hold: Duration) -> Self {
         let hold = HoldConfig {
@@ -103,7 +103,7 @@ impl FeedbackConfig {
                 enter_ratio: 0.10,
                 windows: 2,
                 max_use_of_limit: 0.9,
-                release_windows: 6,
+                release_windows: windows_in(Duration::from_secs(30), period).max(6),
                 min_throttled: 2,
                 burst_fraction: 1.0,
                 hold,
@@ -115,6 +115,12 @@ impl FeedbackConfig {
             },
         }
     }
+}
+
+/// How many windows of `period` cover `span` (rounded up; one at least).
+fn windows_in(span: Duration, period: Duration) -> u32 {
+    let period = period.as_millis().max(1);
+    u32::try_from(span.as_millis().div_ceil(period)).unwrap_or(u32::MAX)
 }
 
 /// What the running kernel lets the policies write (found from the kubepods cgroup's files).

@@ -76,6 +76,9 @@ pub struct Snapshot {
     /// Cumulative preemptions by (victim class, preemptor class) of the managed cgroups;
     /// `None` when the run-queue probe is not running.
     pub preemptions: Option<BTreeMap<(QosClass, QosClass), Preemptions>>,
+    /// The BestEffort tier cgroup's own CPU counters (every BestEffort pod in one file), when
+    /// read; the containers' are then not.
+    pub besteffort_tier: Option<CpuStats>,
 }
 
 /// CFS bandwidth counters over a window.
@@ -151,6 +154,25 @@ impl<'a> Window<'a> {
             .filter(|c| c.qos == qos)
             .filter_map(|c| self.cpu_used_by(&c.target))
             .sum()
+    }
+
+    /// CPUs the BestEffort tier used over the window, from the tier cgroup's own usage when
+    /// both snapshots have it, else summed over its containers ([`Self::cpu_used`]).
+    #[must_use]
+    pub fn besteffort_cpu_used(&self) -> f64 {
+        let tier = |s: &Snapshot| s.besteffort_tier.as_ref()?.usage_ns;
+        let seconds = self.seconds();
+        match (tier(self.previous), tier(self.current)) {
+            (Some(before), Some(now)) if seconds > 0.0 && now >= before => {
+                #[expect(
+                    clippy::cast_precision_loss,
+                    reason = "nanoseconds of one window, far below 2^53"
+                )]
+                let used = (now - before) as f64 / 1e9 / seconds;
+                used
+            }
+            _ => self.cpu_used(QosClass::BestEffort),
+        }
     }
 
     /// CPUs `target` used over the window; `None` when it was not in both snapshots, its
@@ -260,6 +282,7 @@ pub(super) mod fixtures {
                     .map(|&(pair, count, wait_ns)| (pair, Preemptions { count, wait_ns }))
                     .collect(),
             ),
+            besteffort_tier: None,
         }
     }
 }
@@ -350,6 +373,32 @@ mod tests {
         };
         assert!((window.cpu_used(QosClass::BestEffort) - 0.75).abs() < 1e-9);
         assert!((window.cpu_used(QosClass::Burstable) - 1.0).abs() < 1e-9);
+        // Without the tier's own counters, the tier's use is its containers'.
+        assert!((window.besteffort_cpu_used() - 0.75).abs() < 1e-9);
+
+        // With them, the tier cgroup's usage is the tier's use (every BestEffort pod,
+        // including ones that came or went during the window).
+        let tier = |ns| {
+            Some(CpuStats {
+                usage_ns: Some(ns),
+                ..CpuStats::default()
+            })
+        };
+        let (mut before, mut after) = (before, after);
+        before.besteffort_tier = tier(4_000_000_000);
+        after.besteffort_tier = tier(7_000_000_000);
+        let window = Window {
+            previous: &before,
+            current: &after,
+        };
+        assert!((window.besteffort_cpu_used() - 1.5).abs() < 1e-9);
+        // A counter that went backwards (the tier made anew) falls back to the containers.
+        after.besteffort_tier = tier(1);
+        let window = Window {
+            previous: &before,
+            current: &after,
+        };
+        assert!((window.besteffort_cpu_used() - 0.75).abs() < 1e-9);
     }
 
     #[test]
@@ -387,6 +436,7 @@ mod tests {
             taken: t0,
             containers: vec![],
             preemptions: None,
+            besteffort_tier: None,
         };
         let window = Window {
             previous: &before,

@@ -52,7 +52,7 @@ impl ContainerManager {
         }
         let watched = self.watched();
         let changes = match self.feedback.as_mut() {
-            Some(f) => f.run(&*self.cgroups, &watched, now),
+            Some(f) => f.run(&*self.cgroups, &watched, &self.tiers.besteffort, now),
             None => return,
         };
         if !changes.overrides {

@@ -422,6 +422,17 @@ fn feedback_decisions_are_written_over_kubelets_values_and_kept_by_reconcile() {
             ),
         )
         .expect("cpu.stat");
+        // The BestEffort tier's own usage: 1 ms per window of at least 2 ms, so at most half
+        // a CPU (its containers report none: only the tier's file can give its use).
+        std::fs::write(
+            d.join("qosd/kubepods/besteffort/cpu.stat"),
+            format!(
+                "usage_usec {}
+",
+                1000 * window
+            ),
+        )
+        .expect("tier cpu.stat");
         preemptions.0.lock().expect("lock").insert(
             pair,
             crate::feedback::Preemptions {
@@ -437,6 +448,17 @@ fn feedback_decisions_are_written_over_kubelets_values_and_kept_by_reconcile() {
     }
     assert_eq!(read(d, &format!("{web}/cpu.max.burst")), "20000");
     assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.idle"), "1");
+    // Capped at half what the tier used (at most a quarter CPU, well above the 10m floor).
+    let tier_max = read(d, "qosd/kubepods/besteffort/cpu.max");
+    let quota: u64 = tier_max
+        .split_whitespace()
+        .next()
+        .and_then(|q| q.parse().ok())
+        .unwrap_or_else(|| panic!("a quota in {tier_max}"));
+    assert!(
+        (10_000..=25_000).contains(&quota),
+        "tier cpu.max {tier_max}"
+    );
     // Reconcile corrects a hand edit back to the feedback's value, not kubelet's.
     std::fs::write(d.join(web).join("cpu.max.burst"), "0").expect("write");
     m.reconcile();
