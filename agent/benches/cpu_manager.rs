@@ -46,6 +46,7 @@ fn guaranteed_pod(uid: &str, cpus: usize, memory: &str) -> Pod {
             uid: uid.into(),
             ..ObjectMeta::default()
         },
+        status: qosd::pods::model::PodStatus::default(),
         spec: PodSpec {
             containers: vec![container],
             ..PodSpec::default()

@@ -241,6 +241,7 @@ fn admit_benches(c: &mut Criterion) {
             uid: "bench".into(),
             ..ObjectMeta::default()
         },
+        status: qosd::pods::model::PodStatus::default(),
         spec: PodSpec {
             containers: ["a", "b", "c"]
                 .iter()

@@ -15,13 +15,14 @@ use crate::metrics::cgroup_cpu::CgroupCpuCollector;
 use crate::metrics::cpu_throttling::CpuThrottlingCollector;
 use crate::metrics::numa::{NumaCollector, NumaMemoryCollector};
 use crate::metrics::runqlat::RunqCollector;
-use crate::metrics::server::{InspectText, MetricsServer, ServerError};
+use crate::metrics::server::{Inspect, MetricsServer, ServerError};
 use crate::metrics::{Metrics, MetricsError};
 use crate::numa::{NodeLayout, NumaMemoryReader};
 use crate::probes::ProbeMode;
 use crate::probes::numa::{self as numa_probe, NumaProbe};
 use crate::probes::sched_switch::{ModePreference, SwitchProbe, WeakSwitchProbe};
 use crate::probes::{cpu_time, runqlat, throttle};
+use crate::report::Report;
 use crate::standalone::{Standalone, StandaloneError, StandaloneOptions};
 
 /// What `qosd run` needs.
@@ -58,7 +59,6 @@ pub enum DaemonError {
     },
 }
 
-/// Runs the agent until SIGTERM or SIGINT.
 /// Gives the kernel back the pages the probe loaders freed. Loading the programs parses the
 /// kernel's BTF (tens of MiB) on a blocking thread; glibc keeps what that thread's arena freed
 /// resident until asked, so without this the agent's RSS stays about 64 MiB higher for its
@@ -76,7 +76,37 @@ fn return_freed_memory() {
     }
 }
 
+/// Raises the soft limit of open descriptors to the hard one (as the Go runtime does for
+/// kubelet and containerd): the live cgroup trees keep a directory descriptor per cgroup of the
+/// hierarchies the metrics read. Where the limit stays low, files are opened by path instead.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) fills the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
+        return;
+    }
+    if limit.rlim_cur >= limit.rlim_max {
+        return;
+    }
+    let before = limit.rlim_cur;
+    limit.rlim_cur = limit.rlim_max;
+    // SAFETY: setrlimit(2) reads the struct we own; raising the soft limit up to the hard one
+    // needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) } == 0 {
+        tracing::debug!(
+            from = before,
+            to = limit.rlim_cur,
+            "open descriptor limit raised"
+        );
+    }
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
+    raise_open_file_limit();
     let mut sigterm = signal(SignalKind::terminate()).map_err(|source| DaemonError::Signal {
         signal: "SIGTERM",
         source,
@@ -100,7 +130,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
 
     let metrics = Metrics::new()?;
     let workloads = WorkloadIndex::new();
-    let inspect = InspectText::default();
+    let inspect = Inspect::default();
     let wiring = Wiring {
         metrics: &metrics,
         workloads: &workloads,
@@ -131,7 +161,10 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
             Some(started)
         }
         None => {
-            inspect.set("container manager not running (no manifest directory)\n".to_owned());
+            inspect.set(Report::message(
+                "probes only",
+                "container manager not running (no manifest directory, no Kubernetes pod source)",
+            ));
             None
         }
     };
@@ -212,7 +245,7 @@ impl Wiring<'_> {
             CgroupCpuCollector::new(
                 Box::new(probe.clone()),
                 self.hierarchy.to_owned(),
-                self.metrics.walks.clone(),
+                self.metrics.trees.clone(),
                 self.workloads.clone(),
             ),
         )?;
@@ -226,7 +259,7 @@ impl Wiring<'_> {
             RunqCollector::new(
                 Box::new(probe),
                 self.hierarchy.to_owned(),
-                self.metrics.walks.clone(),
+                self.metrics.trees.clone(),
                 self.workloads.clone(),
             ),
         )?;
@@ -276,7 +309,7 @@ impl Wiring<'_> {
                     NumaCollector::new(
                         Box::new(probe),
                         self.hierarchy.to_owned(),
-                        metrics.walks.clone(),
+                        metrics.trees.clone(),
                         self.workloads.clone(),
                     ),
                 )?;
@@ -314,7 +347,7 @@ impl Wiring<'_> {
                 "qosd_numa_memory_bytes",
                 NumaMemoryCollector::new(
                     reader,
-                    self.metrics.walks.clone(),
+                    self.metrics.trees.clone(),
                     self.workloads.clone(),
                 ),
             )?,
@@ -326,7 +359,7 @@ impl Wiring<'_> {
             "qosd_cpu_periods_total",
             CpuThrottlingCollector::new(
                 self.hierarchy.to_owned(),
-                self.metrics.walks.clone(),
+                self.metrics.trees.clone(),
                 self.v1_cpu,
                 self.workloads.clone(),
             ),

@@ -1,8 +1,10 @@
-//! `qosd inspect`: fetches the running agent's tree from its `/inspect` endpoint. The request
-//! is a single HTTP/1.1 GET with `Connection: close` to a local agent, read to the end.
+//! `qosd inspect`: fetches the running agent's [`Report`] from its `/inspect` endpoint. The
+//! request is a single HTTP/1.1 GET with `Connection: close` to a local agent, read to the end.
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
+
+use crate::report::Report;
 
 /// Errors talking to the agent.
 #[derive(Debug, thiserror::Error)]
@@ -21,10 +23,16 @@ pub enum InspectError {
     },
     #[error("the agent at {addr} answered {status:?}")]
     Status { addr: SocketAddr, status: String },
+    #[error("the agent at {addr} answered something that is not a report: {source}")]
+    Report {
+        addr: SocketAddr,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
-/// The text of `GET /inspect` on the agent at `addr`.
-pub fn fetch(addr: SocketAddr) -> Result<String, InspectError> {
+/// The report of `GET /inspect` on the agent at `addr`.
+pub fn fetch(addr: SocketAddr) -> Result<Report, InspectError> {
     let io = |source| InspectError::Io { addr, source };
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         .map_err(|source| InspectError::Connect { addr, source })?;
@@ -46,5 +54,5 @@ pub fn fetch(addr: SocketAddr) -> Result<String, InspectError> {
             status: status.to_owned(),
         });
     }
-    Ok(body.to_owned())
+    serde_json::from_str(body).map_err(|source| InspectError::Report { addr, source })
 }

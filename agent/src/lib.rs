@@ -29,5 +29,6 @@ pub mod metrics;
 pub mod numa;
 pub mod pods;
 pub mod probes;
+pub mod report;
 pub mod runtime;
 pub mod standalone;

@@ -31,6 +31,12 @@ enum LogFormat {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum InspectFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum FeedbackMode {
     On,
     DryRun,
@@ -107,22 +113,28 @@ enum Command {
         /// qosd_feedback_decisions_total.
         #[arg(long, value_enum, default_value_t = FeedbackMode::On, env = "QOSD_FEEDBACK")]
         feedback: FeedbackMode,
-        /// How often the feedback takes its measurements (the window it judges, e.g. 1s, 5s).
-        /// A policy acts on two windows in a row, so 1s decides 2 to 3 s after a condition
-        /// begins.
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        /// How often the feedback takes its measurements (the window it judges, e.g. 500ms,
+        /// 5s). A policy acts once its condition has held for 1 s and two windows at least, so
+        /// 500ms decides 1 to 1.5 s after a condition begins.
+        #[arg(long, default_value = "500ms", value_parser = parse_duration)]
         feedback_period: Duration,
         /// How long an intervention stays at least before it may be lifted (doubled while the
         /// trouble comes back soon after each lift).
         #[arg(long, default_value = "60s", value_parser = parse_duration)]
         feedback_hold: Duration,
     },
-    /// Print the running agent's tree: QoS tiers, pods, containers, cgroup paths, effective
-    /// limits and process counts (fetched from the agent's /inspect endpoint).
+    /// Print what the running agent manages, as tables (pods, containers and their cgroups,
+    /// limits in effect, process counts; beside kubelet also kubelet's values missing from
+    /// cgroupfs and cgroups no pod owns; the feedback's decisions), fetched from its /inspect
+    /// endpoint.
     Inspect {
         /// The running agent's metrics address.
         #[arg(long, default_value = "127.0.0.1:9464", env = "QOSD_METRICS_ADDR")]
         addr: SocketAddr,
+        /// `text`: tables, read the way `kubectl get` output is; `json`: the same state as one
+        /// JSON document, for scripts.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = InspectFormat::Text)]
+        output: InspectFormat,
     },
     /// Report the cgroup layout, kernel version, BTF, attach types and the mode each probe
     /// will use. Loads and attaches each probe once to find out, so run it as root.
@@ -139,9 +151,15 @@ fn main() -> ExitCode {
     };
     init_logging(cli.log_format, default_level);
     match cli.command {
-        Command::Inspect { addr } => match qosd::inspect::fetch(addr) {
-            Ok(text) => {
-                print!("{text}");
+        Command::Inspect { addr, output } => match qosd::inspect::fetch(addr) {
+            Ok(report) => {
+                match output {
+                    InspectFormat::Text => print!("{}", report.to_text()),
+                    InspectFormat::Json => println!(
+                        "{}",
+                        serde_json::to_string_pretty(&report.data).unwrap_or_default()
+                    ),
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -26,10 +26,11 @@ use crate::config::kubelet::{
 };
 use crate::feedback::{FeedbackConfig, FeedbackMetrics, Mode as FeedbackMode, PreemptionSource};
 use crate::machine::TopologyError;
-use crate::metrics::server::InspectText;
+use crate::metrics::server::Inspect;
 use crate::numa::NodeLayout;
 use crate::pods::manifest::{ManifestError, ManifestWatcher};
 use crate::pods::source::PodSource;
+use crate::report::Report;
 use crate::runtime::backoff::Backoff;
 
 /// How often containers are reaped and restarted.
@@ -101,7 +102,7 @@ impl Standalone {
         layout: &CgroupLayout,
         registry: &prometheus::Registry,
         index: WorkloadIndex,
-        inspect: InspectText,
+        inspect: Inspect,
         preemptions: Option<Box<dyn PreemptionSource>>,
         nodes: Option<NodeLayout>,
     ) -> Result<Self, StandaloneError> {
@@ -294,7 +295,7 @@ fn run_loop(
     stopped: &mpsc::Receiver<()>,
     period: Duration,
     metrics: &CmMetrics,
-    inspect: &InspectText,
+    inspect: &Inspect,
 ) {
     let mut resumed = false;
     // Events before the source's first complete list, handed to resume together.
@@ -336,5 +337,5 @@ fn run_loop(
     }
     tracing::info!("stopping containers");
     manager.shutdown(Duration::from_secs(60));
-    inspect.set(String::new());
+    inspect.set(Report::message("standalone", "stopped"));
 }

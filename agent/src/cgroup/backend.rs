@@ -89,6 +89,11 @@ pub enum CgroupError {
     },
     #[error(transparent)]
     Stats(#[from] StatsError),
+    /// A writer confined to some settings was asked for something else.
+    #[error(
+        "cgroup {name}: not permitted here: {what} (qosd writes only its feedback's settings of cgroups kubelet owns)"
+    )]
+    NotPermitted { name: String, what: String },
 }
 
 /// How cgroup names are spelled on disk (kubelet's `--cgroup-driver`).
@@ -141,6 +146,17 @@ pub struct UpdateReport {
     /// The writes performed, in order; empty when everything already matched.
     pub written: Vec<Written>,
     pub skipped: Vec<Skipped>,
+}
+
+/// A setting whose file does not hold the value asked for ([`CgroupReader::compare`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    pub setting: Setting,
+    pub path: PathBuf,
+    /// What the file would be written with.
+    pub expected: String,
+    /// What it holds (trimmed); `None` when the file does not exist.
+    pub actual: Option<String>,
 }
 
 /// What [`CgroupWriter::create`] did.
@@ -278,6 +294,15 @@ pub trait CgroupReader: Send + Sync {
     /// Processes in the cgroup or any cgroup below it, in any hierarchy (kubelet's `Pids`),
     /// sorted.
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError>;
+
+    /// The settings of `config` whose files do not hold an equivalent value (what
+    /// [`CgroupWriter::update`] would write), without writing anything; settings whose
+    /// controller is unavailable are left out, as `update` skips them.
+    fn compare(
+        &self,
+        name: &CgroupName,
+        config: &ResourceConfig,
+    ) -> Result<Vec<Difference>, CgroupError>;
 
     /// The cgroup's statistics of the kinds `wanted`; the others are `None`.
     fn stats_of(&self, name: &CgroupName, wanted: StatKinds) -> Result<CgroupStats, CgroupError>;

@@ -1,9 +1,7 @@
 //! CFS bandwidth counters of every cgroup that has had a quota, from the cgroups' own
 //! `cpu.stat` (v1 and v2 formats), over one walk of the cpu hierarchy ([`super::walk`]).
-use std::path::Path;
-
 use super::stats::{self, CpuStats, StatsError};
-use super::walk::Walk;
+use super::walk::{CgroupDir, Walk};
 
 /// Errors of the `cpu.stat` reader.
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +31,7 @@ pub struct CfsCounters {
 pub fn read_cfs_counters(found: &Walk, v1: bool) -> Result<Vec<CfsCounters>, CfsError> {
     let mut out = Vec::new();
     for dir in &found.dirs {
-        let stats = match read_one(&dir.path, v1) {
+        let stats = match read_one(dir, v1) {
             Ok(stats) => stats,
             // A cgroup removed during the walk.
             Err(_) if !dir.path.exists() => None,
@@ -54,13 +52,24 @@ pub fn read_cfs_counters(found: &Walk, v1: bool) -> Result<Vec<CfsCounters>, Cfs
     Ok(out)
 }
 
-fn read_one(dir: &Path, v1: bool) -> Result<Option<CpuStats>, StatsError> {
-    if v1 {
-        stats::read_cpu_v1(Some(dir), None)
+/// `cpu.stat` of one cgroup, opened relative to the directory where the tree holds it.
+fn read_one(dir: &CgroupDir, v1: bool) -> Result<Option<CpuStats>, StatsError> {
+    let read = |source| StatsError::Read {
+        path: dir.path.join(CPU_STAT),
+        source,
+    };
+    let Some(text) = dir.read(CPU_STAT).map_err(read)? else {
+        return Ok(None);
+    };
+    let parsed = if v1 {
+        stats::parse_cpu_stat_v1(&text, None)
     } else {
-        stats::read_cpu_v2(dir)
-    }
+        stats::parse_cpu_stat_v2(&text)
+    };
+    parsed.map(Some).map_err(|e| e.at(&dir.path.join(CPU_STAT)))
 }
+
+const CPU_STAT: &str = "cpu.stat";
 
 #[cfg(test)]
 mod tests {

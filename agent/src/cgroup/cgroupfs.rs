@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::backend::{
     CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
-    DestroyReport, NameStyle, Skipped, StatKinds, UpdateReport, Written,
+    DestroyReport, Difference, NameStyle, Skipped, StatKinds, UpdateReport, Written,
 };
 use super::files::{self, CgroupVersion, Controller, PlannedWrite, Setting, file_spec};
 use super::layout::{CgroupLayout, LayoutKind};
@@ -384,6 +384,30 @@ impl CgroupReader for CgroupfsBackend {
             }
         }
         Ok(pids.into_iter().collect())
+    }
+
+    fn compare(
+        &self,
+        name: &CgroupName,
+        config: &ResourceConfig,
+    ) -> Result<Vec<Difference>, CgroupError> {
+        self.check(name)?;
+        let planned = self.plan(name, config)?;
+        let (targets, _skipped) = self.resolve(name, planned)?;
+        let mut out = Vec::new();
+        for (path, write) in targets {
+            let current = read_optional(&path)?;
+            if current.as_deref().is_some_and(|c| write.is_satisfied_by(c)) {
+                continue;
+            }
+            out.push(Difference {
+                setting: write.setting,
+                path,
+                expected: write.value,
+                actual: current.map(|c| c.trim().to_owned()),
+            });
+        }
+        Ok(out)
     }
 
     fn stats_of(&self, name: &CgroupName, wanted: StatKinds) -> Result<CgroupStats, CgroupError> {

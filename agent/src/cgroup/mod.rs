@@ -16,14 +16,16 @@ pub mod hierarchy;
 pub mod layout;
 pub mod name;
 pub mod resources;
+pub mod settings_writer;
 pub mod stats;
+pub mod trees;
 mod v1;
 mod v2;
 pub mod walk;
 
 pub use backend::{
     CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
-    DestroyReport, NameStyle, Skipped, StatKinds, UpdateReport, Written,
+    DestroyReport, Difference, NameStyle, Skipped, StatKinds, UpdateReport, Written,
 };
 pub use cgroupfs::{CgroupfsBackend, Hierarchies};
 pub use cpuset::{CpuListError, CpuSet};

@@ -4,7 +4,9 @@
 //! - cgroupfs: `/kubepods/burstable/pod<uid>`;
 //! - systemd: every component becomes a slice nested in its parent, `-` inside a component is
 //!   escaped as `_` (systemd reads `-` as a nesting step), e.g.
-//!   `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid with _>.slice`.
+//!   `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid with _>.slice`;
+//!   a last component that is a scope unit (`cri-containerd-<id>.scope`, a container's cgroup
+//!   made by the runtime) stays as it is inside its parent's slice.
 //!
 //! Components are validated when a name is built, so a name can never address a path outside
 //! the hierarchy it is resolved in.
@@ -123,7 +125,11 @@ impl CgroupName {
         }
         let mut path = String::new();
         let mut prefix = String::new();
-        for component in &self.0 {
+        let (components, scope) = match self.0.split_last() {
+            Some((last, parents)) if is_scope(last) => (parents, Some(last)),
+            _ => (self.0.as_slice(), None),
+        };
+        for component in components {
             if component.contains('_') {
                 return Err(NameError::NotSystemdSafe {
                     name: self.to_cgroupfs(),
@@ -137,6 +143,10 @@ impl CgroupName {
             path.push('/');
             path.push_str(&prefix);
             path.push_str(SYSTEMD_SUFFIX);
+        }
+        if let Some(scope) = scope {
+            path.push('/');
+            path.push_str(scope);
         }
         Ok(path)
     }
@@ -155,7 +165,13 @@ impl CgroupName {
     /// `ParseSystemdToCgroupName`: the last path element without `.slice`, split at `-`, with
     /// `_` restored to `-`. `/` and `-.slice` are the root.
     pub fn parse_systemd(path: &str) -> Result<Self, NameError> {
-        let base = path.rsplit('/').find(|s| !s.is_empty()).unwrap_or_default();
+        let mut elements = path.rsplit('/').filter(|s| !s.is_empty());
+        let base = elements.next().unwrap_or_default();
+        if is_scope(base) {
+            // A runtime's scope inside its slice (`.../kubepods-pod<uid>.slice/cri-containerd-<id>.scope`).
+            let slice = elements.next().unwrap_or_default();
+            return Self::parse_systemd(slice)?.child(base);
+        }
         let unit = base.strip_suffix(SYSTEMD_SUFFIX).unwrap_or(base);
         if unit.is_empty() || unit == "-" {
             return Ok(Self::root());
@@ -163,6 +179,17 @@ impl CgroupName {
         Self::new(unit.split('-').map(|part| part.replace('_', "-")))
     }
 }
+
+/// A systemd scope unit name (`cri-containerd-<id>.scope`): the cgroup a container runtime
+/// makes for a container under its pod's slice. In a [`CgroupName`] it is the last component,
+/// kept as it is in the systemd spelling (kubelet names slices only; runc's systemd driver
+/// names the scopes).
+#[must_use]
+pub fn is_scope(component: &str) -> bool {
+    component.len() > SCOPE_SUFFIX.len() && component.ends_with(SCOPE_SUFFIX)
+}
+
+const SCOPE_SUFFIX: &str = ".scope";
 
 /// kubelet's `IsSystemdStyleName`: the name ends in `.slice`.
 #[must_use]
@@ -232,6 +259,30 @@ mod tests {
                 "{components:?}"
             );
         }
+    }
+
+    /// Container scopes as runc's systemd driver names them (`<prefix>-<id>.scope` inside
+    /// the pod's slice), for containerd, CRI-O and Docker.
+    #[test]
+    fn a_runtime_scope_stays_as_it_is_inside_its_slice() {
+        for scope in [
+            "cri-containerd-0a1b2c.scope",
+            "crio-0a1b2c.scope",
+            "docker-0a1b2c.scope",
+        ] {
+            let n = name(&["kubepods", "burstable", "pod12-34", scope]);
+            let path = format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice/{scope}"
+            );
+            assert_eq!(n.to_systemd().unwrap(), path);
+            assert_eq!(CgroupName::parse_systemd(&path).unwrap(), n);
+        }
+        // ".scope" alone is no scope name; in the middle a component is a slice as ever.
+        assert!(!is_scope(".scope"));
+        assert_eq!(
+            name(&["a", "b.scope", "c"]).to_systemd().unwrap(),
+            "/a.slice/a-b.scope.slice/a-b.scope-c.slice"
+        );
     }
 
     /// Rows of kubelet's TestCgroupNameToSystemdBasename (the last slice only).

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::cpuset::CpuSet;
+use super::files::Setting;
 
 /// Smallest `cpu.shares` the kernel accepts (also what kubelet gives a zero CPU request).
 pub const MIN_SHARES: u64 = 2;
@@ -91,6 +92,34 @@ impl ResourceConfig {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// The settings this config sets.
+    #[must_use]
+    pub fn settings(&self) -> Vec<Setting> {
+        let set = [
+            (self.cpu_shares.is_some(), Setting::CpuShares),
+            (self.cpu_quota.is_some(), Setting::CpuQuota),
+            (self.cpu_period.is_some(), Setting::CpuPeriod),
+            (self.cpu_burst.is_some(), Setting::CpuBurst),
+            (self.cpu_idle.is_some(), Setting::CpuIdle),
+            (self.cpuset_cpus.is_some(), Setting::CpusetCpus),
+            (self.cpuset_mems.is_some(), Setting::CpusetMems),
+            (
+                self.cpuset_memory_migrate.is_some(),
+                Setting::CpusetMemoryMigrate,
+            ),
+            (self.memory_limit.is_some(), Setting::MemoryLimit),
+            (self.memory_min.is_some(), Setting::MemoryMin),
+            (self.memory_low.is_some(), Setting::MemoryLow),
+            (self.memory_high.is_some(), Setting::MemoryHigh),
+            (self.pids_limit.is_some(), Setting::PidsLimit),
+            (!self.hugetlb_limits.is_empty(), Setting::HugetlbLimit),
+        ];
+        set.into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, s)| s)
+            .collect()
     }
 
     /// `self` with every setting `over` sets replaced by `over`'s (hugetlb per page size).

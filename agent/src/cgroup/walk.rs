@@ -3,16 +3,18 @@
 //! through [`walk`], so they agree on what a cgroup is (a directory, links not followed) and on
 //! what a cgroup removed during the walk means (it is skipped, not an error).
 //!
-//! [`SharedWalks`] lets the readers of one `/metrics` scrape share one walk per hierarchy.
-use std::collections::HashMap;
+//! [`super::trees::CgroupTrees`] keeps the readers' whole-hierarchy trees live from one walk.
 use std::io;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::fs::{DirEntryExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 
+use super::stats::{read_kernel_file, read_kernel_file_at};
+
 /// One cgroup directory found by [`walk`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct CgroupDir {
     pub path: PathBuf,
     /// Path relative to the walk's root, written `/a/b` (the root itself is `/`).
@@ -21,6 +23,30 @@ pub struct CgroupDir {
     pub depth: usize,
     /// The directory's inode: the kernel's cgroup id on cgroupfs (64-bit kernels).
     pub ino: u64,
+    /// A descriptor of the directory (`O_PATH`) where the tree keeps one (live trees): its
+    /// files are then opened relative to it, one path step instead of the whole path.
+    pub handle: Option<Arc<OwnedFd>>,
+}
+
+impl PartialEq for CgroupDir {
+    /// The same directory; whether a descriptor is held does not matter.
+    fn eq(&self, other: &Self) -> bool {
+        (&self.path, &self.relative, self.depth, self.ino)
+            == (&other.path, &other.relative, other.depth, other.ino)
+    }
+}
+
+impl Eq for CgroupDir {}
+
+impl CgroupDir {
+    /// The text of the file `name` in this cgroup, `None` when it does not exist (as
+    /// [`read_kernel_file`]).
+    pub fn read(&self, name: &str) -> io::Result<Option<String>> {
+        match &self.handle {
+            Some(dir) => read_kernel_file_at(dir.as_fd(), name),
+            None => read_kernel_file(&self.path.join(name)),
+        }
+    }
 }
 
 /// What [`walk`] found.
@@ -66,6 +92,7 @@ pub fn walk(root: &Path, max_depth: Option<usize>) -> io::Result<Walk> {
         relative: "/".to_owned(),
         depth: 0,
         ino: meta.ino(),
+        handle: None,
     });
     let mut pending = vec![(first, String::new(), 0usize)];
     while let Some((entries, relative, depth)) = pending.pop() {
@@ -89,6 +116,7 @@ pub fn walk(root: &Path, max_depth: Option<usize>) -> io::Result<Walk> {
                 // The inode number getdents gave: kernfs reports the node's id there as in
                 // stat, so no stat per directory.
                 ino: entry.ino(),
+                handle: None,
             });
             if max_depth.is_some_and(|max| depth + 1 >= max) {
                 continue;
@@ -101,76 +129,6 @@ pub fn walk(root: &Path, max_depth: Option<usize>) -> io::Result<Walk> {
         }
     }
     Ok(out)
-}
-
-/// Whole-hierarchy walks shared by the readers of one scrape. Inside a [`WalkScope`] each
-/// root is walked once and handed to every reader that asks; a reader that needs a walk begun
-/// after some instant (to tell that a cgroup it sampled earlier is gone) gets a new one, which
-/// the readers after it share. Outside every scope each request walks afresh, so a reader
-/// never sees a walk older than its own call unless a scrape is under way.
-#[derive(Debug, Default)]
-pub struct SharedWalks {
-    state: Mutex<Shared>,
-}
-
-#[derive(Debug, Default)]
-struct Shared {
-    /// Scopes open now (scrapes may overlap).
-    scopes: usize,
-    walks: HashMap<PathBuf, Arc<Walk>>,
-}
-
-/// While it lives, [`SharedWalks`] keeps its walks; the last scope dropped forgets them.
-#[derive(Debug)]
-pub struct WalkScope {
-    walks: Arc<SharedWalks>,
-}
-
-impl SharedWalks {
-    /// Opens a scope (one scrape).
-    #[must_use]
-    pub fn scope(self: &Arc<Self>) -> WalkScope {
-        self.lock().scopes += 1;
-        WalkScope {
-            walks: Arc::clone(self),
-        }
-    }
-
-    /// A walk of the whole tree under `root`: the scope's, or a new one.
-    pub fn walk(&self, root: &Path) -> io::Result<Arc<Walk>> {
-        self.walk_begun_after(root, None)
-    }
-
-    /// A walk of `root` begun at or after `after` (`None`: any of this scope).
-    pub fn walk_begun_after(&self, root: &Path, after: Option<Instant>) -> io::Result<Arc<Walk>> {
-        // Held during the walk: a second reader waits for this walk instead of making its own.
-        let mut shared = self.lock();
-        if let Some(found) = shared.walks.get(root)
-            && after.is_none_or(|after| found.started >= after)
-        {
-            return Ok(Arc::clone(found));
-        }
-        let fresh = Arc::new(walk(root, None)?);
-        if shared.scopes > 0 {
-            shared.walks.insert(root.to_owned(), Arc::clone(&fresh));
-        }
-        Ok(fresh)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
-        // The state is a cache: whatever a panicking holder left is still a valid cache.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Drop for WalkScope {
-    fn drop(&mut self) {
-        let mut shared = self.walks.lock();
-        shared.scopes = shared.scopes.saturating_sub(1);
-        if shared.scopes == 0 {
-            shared.walks.clear();
-        }
-    }
 }
 
 #[cfg(test)]
@@ -263,45 +221,5 @@ mod tests {
                 fs.f_type,
                 libc::CGROUP_SUPER_MAGIC | libc::CGROUP2_SUPER_MAGIC
             )
-    }
-
-    #[test]
-    fn a_scope_shares_one_walk_and_outside_every_scope_each_call_walks() {
-        let root = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir(root.path().join("a")).expect("mkdir");
-        let walks = Arc::new(SharedWalks::default());
-        let names = |w: &Walk| {
-            w.dirs
-                .iter()
-                .map(|d| d.relative.clone())
-                .collect::<Vec<_>>()
-        };
-
-        let scope = walks.scope();
-        let first = walks.walk(root.path()).expect("walk");
-        std::fs::create_dir(root.path().join("b")).expect("mkdir");
-        let second = walks.walk(root.path()).expect("walk");
-        assert!(Arc::ptr_eq(&first, &second), "one walk per scope");
-        assert!(!names(&second).contains(&"/b".to_owned()));
-        // A reader that sampled after the shared walk began gets a newer one, and the
-        // readers after it share that.
-        let sampled = Instant::now();
-        let newer = walks
-            .walk_begun_after(root.path(), Some(sampled))
-            .expect("walk");
-        assert!(names(&newer).contains(&"/b".to_owned()));
-        assert!(Arc::ptr_eq(&newer, &walks.walk(root.path()).expect("walk")));
-        drop(scope);
-
-        std::fs::create_dir(root.path().join("c")).expect("mkdir");
-        let unscoped = walks.walk(root.path()).expect("walk");
-        assert!(
-            names(&unscoped).contains(&"/c".to_owned()),
-            "no scope: a fresh walk"
-        );
-        assert!(!Arc::ptr_eq(
-            &unscoped,
-            &walks.walk(root.path()).expect("walk")
-        ));
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! A Burstable container with a CPU limit that the CFS bandwidth controller throttles in many
 //! periods (`cpu.stat` `nr_throttled` / `nr_periods` at least [`BurstConfig::enter_ratio`] for
-//! [`BurstConfig::windows`] windows in a row) although it uses less than its limit on average
+//! [`BurstConfig::windows`] windows in a row, [`BurstConfig::min_throttled`] throttled periods
+//! among them) although it uses less than its limit on average
 //! (at most [`BurstConfig::max_use_of_limit`] of it: spikes, not a steady overrun) gets a CFS
 //! burst (`cpu.cfs_burst_us`, `cpu.max.burst`; kernel 5.14+): quota it left unused in earlier
 //! periods, up to the burst, may be spent in a later one, so short spikes within its average
@@ -34,8 +35,9 @@ pub struct BurstConfig {
     pub max_use_of_limit: f64,
     /// Windows in a row without a burst used before release.
     pub release_windows: u32,
-    /// Windows with fewer throttled periods than this say nothing (one throttled period of a
-    /// mostly idle container is a large share of nothing).
+    /// Throttled periods the windows in a row must hold together before a burst is given
+    /// (one throttled period of a mostly idle container is a large share of nothing); a
+    /// window without any throttled period breaks the streak.
     pub min_throttled: u64,
     /// Burst as a fraction of the quota, in (0, 1].
     pub burst_fraction: f64,
@@ -45,6 +47,8 @@ pub struct BurstConfig {
 #[derive(Debug)]
 struct TargetState {
     throttled: Streak,
+    /// Throttled periods of the windows of the current `throttled` streak.
+    throttled_in_streak: u64,
     quiet: Streak,
     hold: Hold,
     /// The burst in place, in µs.
@@ -94,21 +98,28 @@ impl BurstPolicy {
                 .entry(container.target.clone())
                 .or_insert_with(|| TargetState {
                     throttled: Streak::default(),
+                    throttled_in_streak: 0,
                     quiet: Streak::default(),
                     hold: Hold::new(config.hold),
                     burst_us: None,
                     said_unavailable: false,
                 });
             let ratio = delta.throttled_ratio();
-            let counted = delta.throttled_periods >= config.min_throttled;
+            let counted = delta.throttled_periods > 0;
             match state.burst_us {
                 None => {
                     let used = window.cpu_used_by(&container.target);
                     let spiky = used.is_some_and(|u| u <= limit.cpus() * config.max_use_of_limit);
-                    let streak = state
-                        .throttled
-                        .observe(counted && spiky && ratio >= config.enter_ratio);
-                    if streak < config.windows {
+                    let holds = counted && spiky && ratio >= config.enter_ratio;
+                    let streak = state.throttled.observe(holds);
+                    state.throttled_in_streak = if holds {
+                        state
+                            .throttled_in_streak
+                            .saturating_add(delta.throttled_periods)
+                    } else {
+                        0
+                    };
+                    if streak < config.windows || state.throttled_in_streak < config.min_throttled {
                         continue;
                     }
                     let reason = format!(
@@ -150,6 +161,7 @@ impl BurstPolicy {
                     }
                     state.burst_us = None;
                     state.throttled = Streak::default();
+                    state.throttled_in_streak = 0;
                     state.hold.lift(now);
                     decisions.push(Decision {
                         policy: POLICY,
@@ -301,6 +313,38 @@ mod tests {
     }
 
     #[test]
+    fn the_windows_in_a_row_need_two_throttled_periods_together() {
+        let t0 = Instant::now();
+        // Short windows of 5 periods: one throttled period in each of two windows is 20%,
+        // and two together are enough; a window without one breaks the streak.
+        let mut policy = BurstPolicy::new(config());
+        let snaps = series(
+            t0,
+            &[(0, 0, 0), (5, 1, 0), (10, 1, 0), (15, 2, 0), (20, 3, 0)],
+            QosClass::Burstable,
+        );
+        let decisions = run(&mut policy, &snaps, &CAPS);
+        assert!(decisions[0].is_empty());
+        assert!(decisions[1].is_empty(), "the streak was broken");
+        assert!(decisions[2].is_empty(), "one window after the break");
+        assert_eq!(decisions[3].len(), 1, "{decisions:?}");
+        assert_eq!(decisions[3][0].action, Action::Apply);
+
+        // Two windows with one throttled period in all: too little evidence.
+        let mut config = config();
+        config.min_throttled = 3;
+        let mut policy = BurstPolicy::new(config);
+        let snaps = series(
+            t0,
+            &[(0, 0, 0), (5, 1, 0), (10, 2, 0), (15, 3, 0)],
+            QosClass::Burstable,
+        );
+        let decisions = run(&mut policy, &snaps, &CAPS);
+        assert!(decisions[1].is_empty(), "2 of the 3 periods asked for");
+        assert_eq!(decisions[2].len(), 1, "3 windows in a row hold 3");
+    }
+
+    #[test]
     fn released_when_unused_after_the_hold() {
         let t0 = Instant::now();
         let mut policy = BurstPolicy::new(config());
@@ -341,8 +385,8 @@ mod tests {
             QosClass::Guaranteed,
         );
         assert!(run(&mut policy, &guaranteed, &CAPS).concat().is_empty());
-        // One throttled period of five per window: too little to judge.
-        let idle = series(t0, &[(0, 0, 0), (5, 1, 0), (10, 2, 0)], QosClass::Burstable);
+        // One throttled period in one window, then none: too little to judge.
+        let idle = series(t0, &[(0, 0, 0), (5, 1, 0), (10, 1, 0)], QosClass::Burstable);
         assert!(run(&mut policy, &idle, &CAPS).concat().is_empty());
     }
 

@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::SystemTime;
 
+use crate::report::Section;
+
 /// What a decision does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -96,20 +98,48 @@ impl DecisionLog {
         self.entries.iter()
     }
 
-    /// One line per decision: RFC 3339 time, `[dry-run]` where nothing was written, then
-    /// the decision.
+    /// The decisions as a table for `qosd inspect`: time (RFC 3339), whether it was written,
+    /// policy, action, target, change, reason.
     #[must_use]
-    pub fn render(&self) -> String {
-        let mut out = String::new();
+    pub fn section(&self) -> Section {
+        let mut section = Section::new(
+            "FEEDBACK DECISIONS",
+            &[
+                "time", "mode", "policy", "action", "target", "change", "reason",
+            ],
+        );
         for entry in &self.entries {
-            let dry = if entry.dry_run { " [dry-run]" } else { "" };
-            out.push_str(&format!(
-                "{}{dry} {}\n",
-                humantime::format_rfc3339_seconds(entry.at),
-                entry.decision
-            ));
+            let d = &entry.decision;
+            section.row([
+                humantime::format_rfc3339_seconds(entry.at).to_string(),
+                if entry.dry_run { "dry-run" } else { "written" }.to_owned(),
+                d.policy.to_owned(),
+                d.action.as_str().to_owned(),
+                d.target.clone(),
+                d.change.clone(),
+                d.reason.clone(),
+            ]);
         }
-        out
+        section
+    }
+
+    /// The decisions as JSON objects, oldest first.
+    #[must_use]
+    pub fn to_json(&self) -> serde_json::Value {
+        self.entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "time": humantime::format_rfc3339_seconds(e.at).to_string(),
+                    "dry_run": e.dry_run,
+                    "policy": e.decision.policy,
+                    "action": e.decision.action.as_str(),
+                    "target": e.decision.target,
+                    "change": e.decision.change,
+                    "reason": e.decision.reason,
+                })
+            })
+            .collect()
     }
 }
 
@@ -134,17 +164,29 @@ mod tests {
     }
 
     #[test]
-    fn the_log_keeps_the_newest_and_renders_one_line_each() {
+    fn the_log_keeps_the_newest_and_shows_one_row_each() {
         let mut log = DecisionLog::new(2);
         for n in 0..3 {
             log.push(decision(n));
         }
         let targets: Vec<_> = log.iter().map(|e| e.decision.target.clone()).collect();
         assert_eq!(targets, ["default/web-1/app", "default/web-2/app"]);
+        let section = log.section();
         assert_eq!(
-            log.render(),
-            "2023-11-14T22:13:21Z [dry-run] cpu_burst apply default/web-1/app: cpu burst 20000 us (throttled 40% of periods)\n\
-             2023-11-14T22:13:22Z cpu_burst apply default/web-2/app: cpu burst 20000 us (throttled 40% of periods)\n"
+            section.rows[0],
+            [
+                "2023-11-14T22:13:21Z",
+                "dry-run",
+                "cpu_burst",
+                "apply",
+                "default/web-1/app",
+                "cpu burst 20000 us",
+                "throttled 40% of periods"
+            ]
         );
+        assert_eq!(section.rows[1][1], "written");
+        let json = log.to_json();
+        assert_eq!(json[1]["target"], "default/web-2/app");
+        assert_eq!(json[0]["dry_run"], true);
     }
 }

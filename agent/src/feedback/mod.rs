@@ -75,13 +75,14 @@ pub struct FeedbackConfig {
 }
 
 impl FeedbackConfig {
-    /// The defaults, with `mode`, `period` and the first `hold` of an intervention:
-    /// BestEffort suppressed at 50 ms/s of crowding for 2 windows (capped at half what it used,
-    /// at least 10m, and idle where the kernel allows; held `hold`, doubling while it comes
-    /// back within 10 min, up to 15 min or `hold` if longer); a burst of the whole quota at 10%
-    /// throttled periods (2 at least) for 2 windows while using at most 90% of the limit on
-    /// average, lifted once held and 30 s (6 windows at least) without a burst used; memory
-    /// realigned at 50% remote for 2 windows (16 MiB or more).
+    /// The defaults, with `mode`, `period` and the first `hold` of an intervention. A
+    /// condition must hold for [`EVIDENCE`] and two windows at least (so 500 ms windows decide
+    /// 1 to 1.5 s after it begins): BestEffort suppressed at 50 ms/s of crowding (capped at
+    /// half what it used, at least 10m, and idle where the kernel allows; held `hold`, doubling
+    /// while it comes back within 10 min, up to 15 min or `hold` if longer); a burst of the
+    /// whole quota at 10% throttled periods (2 at least over those windows) while using at most
+    /// 90% of the limit on average, lifted once held and 30 s (6 windows at least) without a
+    /// burst used; memory realigned at 50% remote (16 MiB or more).
     #[must_use]
     pub fn with_defaults(mode: Mode, period: Duration, hold: Duration) -> Self {
         let hold = HoldConfig {
@@ -89,19 +90,20 @@ impl FeedbackConfig {
             max: hold.max(Duration::from_secs(15 * 60)),
             memory: Duration::from_secs(10 * 60),
         };
+        let windows = windows_in(EVIDENCE, period).max(2);
         Self {
             mode,
             period,
             besteffort: BestEffortConfig {
                 enter_wait: 0.05,
-                windows: 2,
+                windows,
                 cap_fraction: 0.5,
                 min_cap_millicores: 10,
                 hold,
             },
             burst: BurstConfig {
                 enter_ratio: 0.10,
-                windows: 2,
+                windows,
                 max_use_of_limit: 0.9,
                 release_windows: windows_in(Duration::from_secs(30), period).max(6),
                 min_throttled: 2,
@@ -110,12 +112,16 @@ impl FeedbackConfig {
             },
             numa: NumaAlignConfig {
                 enter_remote: 0.5,
-                windows: 2,
+                windows,
                 min_bytes: 16 << 20,
             },
         }
     }
 }
+
+/// How long a condition must hold before a policy acts on it (and two windows at least: one
+/// window cannot tell a condition from a blip).
+pub const EVIDENCE: Duration = Duration::from_secs(1);
 
 /// How many windows of `period` cover `span` (rounded up; one at least).
 fn windows_in(span: Duration, period: Duration) -> u32 {

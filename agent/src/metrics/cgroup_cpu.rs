@@ -1,8 +1,8 @@
 //! `qosd_cgroup_cpu_seconds_total{cgroup}`, `qosd_cpu_unchained_switches_total` and the
 //! cpu-time probe's health series.
 //!
-//! At every scrape the collector reads the kernel counters, resolves cgroup ids to paths by
-//! walking the cpu hierarchy, drops (and removes from the kernel map) the cgroups that are
+//! At every scrape the collector reads the kernel counters, resolves cgroup ids to paths
+//! through the cpu hierarchy's tree ([`crate::cgroup::trees`]), drops (and removes from the kernel map) the cgroups that are
 //! gone, and never lets a series go backwards.
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ use super::families::{
     DROPPED, DROPPED_HELP, EVENTS, EVENTS_HELP, MAP_CAPACITY, MAP_CAPACITY_HELP, MAP_ENTRIES,
     MAP_ENTRIES_HELP, ProbeHealth, as_f64, cgroup_labels, family, sample_and_paths,
 };
-use crate::cgroup::walk::SharedWalks;
+use crate::cgroup::trees::CgroupTrees;
 use crate::cm::index::WorkloadIndex;
 use crate::probes::cpu_time::{CpuTimeSample, PROBE_NAME};
 use crate::probes::sched_switch::SharedSwitchProbe;
@@ -46,7 +46,7 @@ struct State {
     source: Box<dyn CpuTimeSource>,
     workloads: WorkloadIndex,
     hierarchy_root: PathBuf,
-    walks: Arc<SharedWalks>,
+    trees: Arc<CgroupTrees>,
     /// Last exported nanoseconds per cgroup id, so a series never decreases.
     last: HashMap<u64, u64>,
 }
@@ -69,7 +69,7 @@ impl CgroupCpuCollector {
     pub fn new(
         source: Box<dyn CpuTimeSource>,
         hierarchy_root: PathBuf,
-        walks: Arc<SharedWalks>,
+        trees: Arc<CgroupTrees>,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
         let descs = vec![
@@ -115,7 +115,7 @@ impl CgroupCpuCollector {
                 source,
                 workloads,
                 hierarchy_root,
-                walks,
+                trees,
                 last: HashMap::new(),
             }),
             descs,
@@ -138,7 +138,7 @@ impl Collector for CgroupCpuCollector {
             PROBE_NAME,
             || state.source.sample(),
             |s: &CpuTimeSample| s.nanos_by_cgroup.keys().copied().collect(),
-            &state.walks,
+            &state.trees,
             &state.hierarchy_root,
         ) else {
             return Vec::new();
@@ -329,37 +329,42 @@ mod tests {
     }
 
     #[test]
-    fn a_cgroup_created_after_the_scrapes_shared_walk_is_resolved_not_forgotten() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let metrics = Metrics::new().expect("registry");
-        // Another collector of this scrape walked the hierarchy before the cgroup existed.
-        let scope = metrics.walks.scope();
-        let before = metrics.walks.walk(root.path()).expect("walk");
-        std::fs::create_dir(root.path().join("new")).expect("mkdir");
-        let new = std::fs::metadata(root.path().join("new"))
-            .expect("stat")
-            .ino();
-        assert!(before.dirs.iter().all(|d| d.ino != new));
-        let forgotten = Arc::new(StdMutex::new(Vec::new()));
-        let source = FakeSource {
-            samples: vec![HashMap::from([(new, 2_000_000_000)])],
-            forgotten: forgotten.clone(),
-        };
-        let collector = CgroupCpuCollector::new(
-            Box::new(source),
-            root.path().to_owned(),
-            metrics.walks,
-            WorkloadIndex::new(),
-        )
-        .expect("collector");
-        let families = collector.collect();
-        drop(scope);
-        let cpu = families
-            .iter()
-            .find(|f| f.name() == CPU_SECONDS)
-            .expect("cpu family");
-        assert_eq!(cpu.get_metric().len(), 1, "{cpu:?}");
-        assert_eq!(cpu.get_metric()[0].get_label()[0].value(), "/new");
-        assert!(forgotten.lock().expect("lock").is_empty());
+    fn a_cgroup_created_after_the_scrapes_tree_is_resolved_not_forgotten() {
+        for trees in [
+            CgroupTrees::new(),
+            CgroupTrees::walked_only("the walked mode"),
+        ] {
+            let trees = Arc::new(trees);
+            let root = tempfile::tempdir().expect("tempdir");
+            // Another collector of this scrape took the tree before the cgroup existed.
+            let scope = trees.scope();
+            let before = trees.current(root.path()).expect("walk");
+            std::fs::create_dir(root.path().join("new")).expect("mkdir");
+            let new = std::fs::metadata(root.path().join("new"))
+                .expect("stat")
+                .ino();
+            assert!(before.dirs.iter().all(|d| d.ino != new));
+            let forgotten = Arc::new(StdMutex::new(Vec::new()));
+            let source = FakeSource {
+                samples: vec![HashMap::from([(new, 2_000_000_000)])],
+                forgotten: forgotten.clone(),
+            };
+            let collector = CgroupCpuCollector::new(
+                Box::new(source),
+                root.path().to_owned(),
+                Arc::clone(&trees),
+                WorkloadIndex::new(),
+            )
+            .expect("collector");
+            let families = collector.collect();
+            drop(scope);
+            let cpu = families
+                .iter()
+                .find(|f| f.name() == CPU_SECONDS)
+                .expect("cpu family");
+            assert_eq!(cpu.get_metric().len(), 1, "{:?}: {cpu:?}", trees.modes());
+            assert_eq!(cpu.get_metric()[0].get_label()[0].value(), "/new");
+            assert!(forgotten.lock().expect("lock").is_empty());
+        }
     }
 }

@@ -12,7 +12,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 
 use super::families::{as_f64, cgroup_labels, family};
 use crate::cgroup::cfs::{CfsCounters, read_cfs_counters};
-use crate::cgroup::walk::SharedWalks;
+use crate::cgroup::trees::CgroupTrees;
 use crate::cm::index::WorkloadIndex;
 
 const PERIODS: &str = "qosd_cpu_periods_total";
@@ -27,7 +27,7 @@ const THROTTLED_SECONDS_HELP: &str =
 /// Collects the `cpu.stat` throttling counters at scrape time.
 pub struct CpuThrottlingCollector {
     hierarchy_root: PathBuf,
-    walks: Arc<SharedWalks>,
+    trees: Arc<CgroupTrees>,
     v1: bool,
     workloads: WorkloadIndex,
     descs: Vec<Desc>,
@@ -35,10 +35,10 @@ pub struct CpuThrottlingCollector {
 
 impl CpuThrottlingCollector {
     /// Reads `cpu.stat` under the cpu hierarchy mounted at `hierarchy_root` (`v1`: its format),
-    /// over the scrape's walk of it from `walks`.
+    /// over the hierarchy's tree from `trees`.
     pub fn new(
         hierarchy_root: PathBuf,
-        walks: Arc<SharedWalks>,
+        trees: Arc<CgroupTrees>,
         v1: bool,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
@@ -59,7 +59,7 @@ impl CpuThrottlingCollector {
         .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             hierarchy_root,
-            walks,
+            trees,
             v1,
             workloads,
             descs,
@@ -73,7 +73,7 @@ impl Collector for CpuThrottlingCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let found = match self.walks.walk(&self.hierarchy_root) {
+        let found = match self.trees.current(&self.hierarchy_root) {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(root = %self.hierarchy_root.display(), error = %e, "walking the cpu hierarchy");

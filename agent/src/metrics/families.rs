@@ -7,21 +7,22 @@ use std::time::Instant;
 
 use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 
-use crate::cgroup::walk::SharedWalks;
+use crate::cgroup::trees::CgroupTrees;
 use crate::cgroup::{CgroupPaths, HierarchyError};
 use crate::cm::index::WorkloadIndex;
 
 /// The common start of a probe collector's scrape: the probe's sample and the cgroup paths to
 /// resolve its ids, or `None` (logged) when either cannot be had. The paths come from the
-/// scrape's shared walk of `hierarchy_root`; when that walk lacks one of the sample's ids
-/// (`ids`) and began before the sample was read, the hierarchy is walked again, so an id the
-/// paths do not resolve is always of a cgroup removed before the walk (the collectors then
-/// forget its counters).
+/// tree of `hierarchy_root` ([`CgroupTrees`]: live, or the scrape's shared walk); when that
+/// tree lacks one of the sample's ids (`ids`) and may be older than the sample, it is asked
+/// again for one holding every change before the sample, so an id the paths do not resolve is
+/// always of a cgroup removed before the tree was taken (the collectors then forget its
+/// counters).
 pub(crate) fn sample_and_paths<S>(
     probe: &str,
     sample: impl FnOnce() -> Result<S, super::SampleError>,
     ids: impl Fn(&S) -> Vec<u64>,
-    walks: &SharedWalks,
+    trees: &CgroupTrees,
     hierarchy_root: &Path,
 ) -> Option<(S, CgroupPaths)> {
     let sampled_at = Instant::now();
@@ -33,8 +34,8 @@ pub(crate) fn sample_and_paths<S>(
         }
     };
     let paths = |after| {
-        walks
-            .walk_begun_after(hierarchy_root, after)
+        trees
+            .current_after(hierarchy_root, after)
             .map_err(|source| HierarchyError::Root {
                 path: hierarchy_root.to_owned(),
                 source,

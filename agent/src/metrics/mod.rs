@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use prometheus::{IntGaugeVec, Opts, Registry};
 
-use crate::cgroup::walk::SharedWalks;
+use crate::cgroup::trees::CgroupTrees;
 
 use crate::probes::ProbeMode;
 
@@ -49,8 +49,9 @@ pub enum SampleError {
 /// The agent's registry with its static series.
 pub struct Metrics {
     pub registry: Registry,
-    /// The cgroup walks the collectors of one scrape share (one per hierarchy).
-    pub walks: Arc<SharedWalks>,
+    /// The cgroup hierarchies as the collectors see them (live from inotify, or walked once
+    /// per scrape).
+    pub trees: Arc<CgroupTrees>,
     probe_info: IntGaugeVec,
 }
 
@@ -87,7 +88,7 @@ impl Metrics {
         }
         Ok(Self {
             registry,
-            walks: Arc::default(),
+            trees: Arc::default(),
             probe_info,
         })
     }
@@ -120,12 +121,11 @@ impl Metrics {
             .map_err(|source| MetricsError::Register { name, source })
     }
 
-    /// The text exposition of every metric; the collectors share one walk of each cgroup
-    /// hierarchy.
+    /// The text exposition of every metric; the collectors share each cgroup hierarchy's tree.
     #[must_use]
     pub fn render(&self) -> String {
         let families = {
-            let _scrape = self.walks.scope();
+            let _scrape = self.trees.scope();
             self.registry.gather()
         };
         let encoder = prometheus::TextEncoder::new();

@@ -23,7 +23,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use super::SampleError;
 use super::families::{ProbeHealth, as_f64, cgroup_labels, family, sample_and_paths};
 use crate::cgroup::CgroupPaths;
-use crate::cgroup::walk::SharedWalks;
+use crate::cgroup::trees::CgroupTrees;
 use crate::cm::index::WorkloadIndex;
 use crate::numa::NumaMemoryReader;
 use crate::probes::ProbeMode;
@@ -99,7 +99,7 @@ struct State {
     source: Box<dyn NumaSource>,
     workloads: WorkloadIndex,
     hierarchy_root: PathBuf,
-    walks: Arc<SharedWalks>,
+    trees: Arc<CgroupTrees>,
 }
 
 /// Collects the hinting-fault, page-allocation and migration series at scrape time.
@@ -113,7 +113,7 @@ impl NumaCollector {
     pub fn new(
         source: Box<dyn NumaSource>,
         hierarchy_root: PathBuf,
-        walks: Arc<SharedWalks>,
+        trees: Arc<CgroupTrees>,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
         Ok(Self {
@@ -121,7 +121,7 @@ impl NumaCollector {
                 source,
                 workloads,
                 hierarchy_root,
-                walks,
+                trees,
             }),
             descs: descs(&[
                 (HINT_FAULTS, HINT_FAULTS_HELP),
@@ -154,7 +154,7 @@ impl Collector for NumaCollector {
                     .copied()
                     .collect()
             },
-            &state.walks,
+            &state.trees,
             &state.hierarchy_root,
         ) else {
             return Vec::new();
@@ -247,22 +247,22 @@ fn locality_series(
 /// Collects `qosd_numa_memory_bytes` from cgroupfs at scrape time.
 pub struct NumaMemoryCollector {
     reader: NumaMemoryReader,
-    walks: Arc<SharedWalks>,
+    trees: Arc<CgroupTrees>,
     workloads: WorkloadIndex,
     descs: Vec<Desc>,
 }
 
 impl NumaMemoryCollector {
-    /// A collector over `reader` and the scrape's walks, labelling managed cgroups through
+    /// A collector over `reader` and the hierarchies' trees, labelling managed cgroups through
     /// `workloads`.
     pub fn new(
         reader: NumaMemoryReader,
-        walks: Arc<SharedWalks>,
+        trees: Arc<CgroupTrees>,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
         Ok(Self {
             reader,
-            walks,
+            trees,
             workloads,
             descs: descs(&[(MEMORY, MEMORY_HELP)])?,
         })
@@ -275,7 +275,7 @@ impl Collector for NumaMemoryCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let cgroups = match self.reader.read_all(&self.walks) {
+        let cgroups = match self.reader.read_all(&self.trees) {
             Ok(cgroups) => cgroups,
             Err(e) => {
                 tracing::warn!(error = %e, "reading memory.numa_stat");

@@ -21,7 +21,7 @@ use prometheus::proto::{self, MetricFamily, MetricType};
 use super::SampleError;
 use super::families::{ProbeHealth, as_f64, cgroup_labels, family, label_pairs, sample_and_paths};
 use crate::cgroup::CgroupPaths;
-use crate::cgroup::walk::SharedWalks;
+use crate::cgroup::trees::CgroupTrees;
 use crate::cm::index::WorkloadIndex;
 use crate::probes::runqlat::{self, Log2Histogram, RunqSample};
 use crate::probes::sched_switch::SharedSwitchProbe;
@@ -79,7 +79,7 @@ struct State {
     source: Box<dyn RunqSource>,
     workloads: WorkloadIndex,
     hierarchy_root: PathBuf,
-    walks: Arc<SharedWalks>,
+    trees: Arc<CgroupTrees>,
 }
 
 /// Collects the run-queue and throttle-episode series at scrape time.
@@ -93,7 +93,7 @@ impl RunqCollector {
     pub fn new(
         source: Box<dyn RunqSource>,
         hierarchy_root: PathBuf,
-        walks: Arc<SharedWalks>,
+        trees: Arc<CgroupTrees>,
         workloads: WorkloadIndex,
     ) -> Result<Self, prometheus::Error> {
         let desc = |name: &str, help: &str, labels: &[&str]| {
@@ -134,7 +134,7 @@ impl RunqCollector {
                 source,
                 workloads,
                 hierarchy_root,
-                walks,
+                trees,
             }),
             descs,
         })
@@ -163,7 +163,7 @@ impl Collector for RunqCollector {
                     .chain(s.preemptions.keys().flat_map(|&(v, p)| [v, p]))
                     .collect()
             },
-            &state.walks,
+            &state.trees,
             &state.hierarchy_root,
         ) else {
             return Vec::new();

@@ -1,4 +1,5 @@
-//! The HTTP endpoint: `GET /metrics` (Prometheus text format 0.0.4) and `GET /healthz`.
+//! The HTTP endpoint: `GET /metrics` (Prometheus text format 0.0.4), `GET /healthz` and
+//! `GET /inspect` (the JSON [`Report`] `qosd inspect` prints).
 //! hyper serves HTTP/1.1 so the agent carries no hand-written HTTP parser.
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use super::Metrics;
+use crate::report::Report;
 
 /// Errors of the endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -31,27 +33,27 @@ pub enum ServerError {
 /// How long `/inspect` waits for the container manager to render its tree.
 const INSPECT_WAIT: Duration = Duration::from_secs(5);
 
-/// `qosd inspect`'s text. While the container manager runs, the tree is rendered on request
-/// by the manager's own thread (it reads every cgroup's limits and processes, so it is not
-/// rendered while nobody asks); otherwise a fixed text is served.
+/// `qosd inspect`'s report ([`Report`]). While a container manager runs, it is built on
+/// request by the manager's own thread (it reads cgroups' limits and processes, so it is not
+/// built while nobody asks); otherwise a fixed report is served.
 #[derive(Clone, Debug, Default)]
-pub struct InspectText(Arc<InspectState>);
+pub struct Inspect(Arc<InspectState>);
 
 #[derive(Debug, Default)]
 struct InspectState {
     /// `Some`: served as is. `None`: the renderer answers requests.
-    fixed: Mutex<Option<String>>,
+    fixed: Mutex<Option<Report>>,
     /// Requests waiting for the renderer.
-    waiting: Mutex<Vec<oneshot::Sender<String>>>,
+    waiting: Mutex<Vec<oneshot::Sender<Report>>>,
 }
 
-impl InspectText {
-    /// Serves `text` from now on (no renderer, or the renderer has stopped).
-    pub fn set(&self, text: String) {
+impl Inspect {
+    /// Serves `report` from now on (no renderer, or the renderer has stopped).
+    pub fn set(&self, report: Report) {
         if let Ok(mut fixed) = self.0.fixed.lock() {
-            *fixed = Some(text);
+            *fixed = Some(report);
         }
-        self.answer_with(String::new);
+        self.answer_with(Report::default);
     }
 
     /// From now on requests wait for [`Self::answer_with`] (the renderer's side).
@@ -68,7 +70,7 @@ impl InspectText {
     }
 
     /// Answers every waiting request with one rendering (none when nobody waits).
-    pub fn answer_with(&self, render: impl FnOnce() -> String) {
+    pub fn answer_with(&self, render: impl FnOnce() -> Report) {
         let waiting = match self.0.waiting.lock() {
             Ok(mut waiting) => std::mem::take(&mut *waiting),
             Err(_) => return,
@@ -89,8 +91,8 @@ impl InspectText {
         }
     }
 
-    /// The text: the fixed one, or the renderer's answer (a note when it does not come).
-    pub async fn get(&self) -> String {
+    /// The report: the fixed one, or the renderer's answer (a note when it does not come).
+    pub async fn get(&self) -> Report {
         let (tx, rx) = oneshot::channel();
         {
             let fixed = self.0.fixed.lock().ok().and_then(|f| f.clone());
@@ -99,14 +101,17 @@ impl InspectText {
             }
             match self.0.waiting.lock() {
                 Ok(mut waiting) => waiting.push(tx),
-                Err(_) => return String::new(),
+                Err(_) => return Report::default(),
             }
         }
         match tokio::time::timeout(INSPECT_WAIT, rx).await {
-            Ok(Ok(text)) => text,
-            _ => format!(
-                "the container manager did not answer within {} s\n",
-                INSPECT_WAIT.as_secs()
+            Ok(Ok(report)) => report,
+            _ => Report::message(
+                "unknown",
+                &format!(
+                    "the container manager did not answer within {} s",
+                    INSPECT_WAIT.as_secs()
+                ),
             ),
         }
     }
@@ -137,7 +142,7 @@ impl MetricsServer {
     pub async fn serve(
         self,
         metrics: Arc<Metrics>,
-        inspect: InspectText,
+        inspect: Inspect,
         mut shutdown: watch::Receiver<bool>,
     ) {
         loop {
@@ -170,7 +175,7 @@ impl MetricsServer {
 async fn respond(
     req: Request<Incoming>,
     metrics: Arc<Metrics>,
-    inspect: InspectText,
+    inspect: Inspect,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
@@ -187,8 +192,9 @@ async fn respond(
         (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
         (&Method::GET, "/inspect") => (
             StatusCode::OK,
-            "text/plain; charset=utf-8",
-            inspect.get().await,
+            "application/json",
+            serde_json::to_string(&inspect.get().await)
+                .unwrap_or_else(|e| format!("{{\"error\": \"encoding the report: {e}\"}}")),
         ),
         (&Method::GET, _) => (
             StatusCode::NOT_FOUND,
@@ -237,8 +243,8 @@ mod tests {
             .expect("bind");
         let addr = server.local_addr().expect("bound");
         let (stop, stopped) = watch::channel(false);
-        let inspect = InspectText::default();
-        inspect.set("kubepods\n".into());
+        let inspect = Inspect::default();
+        inspect.set(Report::message("standalone", "kubepods"));
         let task = tokio::spawn(server.serve(metrics, inspect, stopped));
 
         let body = tokio::task::spawn_blocking(move || get(addr, "/metrics"))
@@ -253,7 +259,10 @@ mod tests {
         let tree = tokio::task::spawn_blocking(move || get(addr, "/inspect"))
             .await
             .expect("join");
-        assert!(tree.ends_with("\r\n\r\nkubepods\n"), "{tree}");
+        assert!(tree.contains("application/json"), "{tree}");
+        let (_, body) = tree.split_once("\r\n\r\n").expect("body");
+        let report: Report = serde_json::from_str(body).expect("a report");
+        assert_eq!(report, Report::message("standalone", "kubepods"));
         let missing = tokio::task::spawn_blocking(move || get(addr, "/nope"))
             .await
             .expect("join");
@@ -268,7 +277,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn inspect_is_rendered_only_when_asked_and_by_the_renderer() {
-        let inspect = InspectText::default();
+        let inspect = Inspect::default();
         inspect.render_on_request();
         let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         // The renderer's loop (the container manager's thread), ticking every 10 ms.
@@ -280,7 +289,7 @@ mod tests {
                 while finished.recv_timeout(Duration::from_millis(10)).is_err() {
                     inspect.answer_with(|| {
                         let n = renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                        format!("tree {n}\n")
+                        Report::message("standalone", &format!("tree {n}"))
                     });
                 }
             })
@@ -291,13 +300,16 @@ mod tests {
             0,
             "nothing is rendered while nobody asks"
         );
-        assert_eq!(inspect.get().await, "tree 1\n");
-        assert_eq!(inspect.get().await, "tree 2\n");
+        assert_eq!(inspect.get().await, Report::message("standalone", "tree 1"));
+        assert_eq!(inspect.get().await, Report::message("standalone", "tree 2"));
         // Once the renderer stops, the fixed text is served without waiting.
         done.send(()).expect("stop the renderer");
         renderer.join().expect("renderer");
-        inspect.set("stopped\n".into());
-        assert_eq!(inspect.get().await, "stopped\n");
+        inspect.set(Report::message("standalone", "stopped"));
+        assert_eq!(
+            inspect.get().await,
+            Report::message("standalone", "stopped")
+        );
         assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

@@ -9,15 +9,17 @@
 //! `cpuset.cpus.effective` (v2) or `cpuset.effective_cpus` (v1, in the cpuset hierarchy at the
 //! same path). A cgroup without its own cpuset file (the controller is not enabled there, or
 //! the v1 cpuset hierarchy has no cgroup at that path) uses the nearest ancestor's; with none,
-//! every CPU of the machine.
+//! every CPU of the machine. Each cpuset is read once per pass, and none on a machine with one
+//! NUMA node (where every node is local).
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use super::{Locality, NodeLayout};
 use crate::cgroup::stats::{self, NumaStat as KernelNumaStat, NumaUnit, StatsError};
-use crate::cgroup::walk::SharedWalks;
-use crate::cgroup::{CgroupLayout, CgroupPaths, CpuSet, HierarchyError};
+use crate::cgroup::trees::CgroupTrees;
+use crate::cgroup::walk::CgroupDir;
+use crate::cgroup::{CgroupLayout, CpuSet, HierarchyError};
 
 /// Errors while reading a cgroup's NUMA memory.
 #[derive(Debug, thiserror::Error)]
@@ -129,19 +131,25 @@ impl NumaMemoryReader {
         })
     }
 
-    /// Every cgroup with resident memory, over the walks of the memory hierarchy and of the
-    /// one the ids come from that `walks` shares (one per scrape). A cgroup whose files cannot
+    /// Every cgroup with resident memory, over the trees of the memory hierarchy and of the
+    /// one the ids come from (`trees`: live, or walked once per scrape). A cgroup whose files cannot
     /// be read or understood is logged and left out; only an unreadable hierarchy root is an
     /// error.
-    pub fn read_all(&self, walks: &SharedWalks) -> Result<Vec<CgroupNumaMemory>, MemoryError> {
+    pub fn read_all(&self, trees: &CgroupTrees) -> Result<Vec<CgroupNumaMemory>, MemoryError> {
         let walked = |root: &Path| {
-            walks.walk(root).map_err(|source| HierarchyError::Root {
+            trees.current(root).map_err(|source| HierarchyError::Root {
                 path: root.to_owned(),
                 source,
             })
         };
         let memory = walked(&self.memory_root)?;
-        let paths = CgroupPaths::from_walk(&self.memory_root, &memory)?;
+        if memory.dirs.is_empty() {
+            return Err(HierarchyError::Root {
+                path: self.memory_root.clone(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            }
+            .into());
+        }
         let id_walk = walked(&self.id_root)?;
         let ids: HashMap<&str, u64> = id_walk
             .dirs
@@ -149,9 +157,11 @@ impl NumaMemoryReader {
             .map(|d| (d.relative.as_str(), d.ino))
             .collect();
         let mut out = Vec::new();
-        for (_, path) in paths.iter() {
+        let mut cpusets = CpusetCache::default();
+        for dir in &memory.dirs {
+            let path = dir.relative.as_str();
             // A cgroup missing from the id hierarchy's walk is looked up on its own.
-            match self.read_at(path, ids.get(path).copied()) {
+            match self.read_at(path, Some(dir), ids.get(path).copied(), &mut cpusets) {
                 Ok(Some(memory)) => out.push(memory),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(cgroup = path, error = %e, "reading NUMA memory"),
@@ -165,24 +175,40 @@ impl NumaMemoryReader {
     /// `memory.numa_stat` (removed, or the memory controller is not enabled there) or no
     /// resident memory.
     pub fn read_one(&self, path: &str) -> Result<Option<CgroupNumaMemory>, MemoryError> {
-        self.read_at(path, None)
+        self.read_at(path, None, None, &mut CpusetCache::default())
     }
 
-    /// [`Self::read_one`] with the cgroup's id when known (`None`: a `stat` finds it).
+    /// [`Self::read_one`] with the memory hierarchy's directory from a tree when there is one
+    /// (its files are opened relative to it), the cgroup's id when known (`None`: a `stat`
+    /// finds it), and the cpusets read so far.
     fn read_at(
         &self,
         path: &str,
+        tree_dir: Option<&CgroupDir>,
         cgroup_id: Option<u64>,
+        cpusets: &mut CpusetCache,
     ) -> Result<Option<CgroupNumaMemory>, MemoryError> {
-        let dir = join(&self.memory_root, path);
-        let Some(stat) = stats::read_numa_stat(&dir)? else {
+        let stat = match tree_dir {
+            Some(dir) => {
+                let file = dir.path.join(NUMA_STAT);
+                dir.read(NUMA_STAT)
+                    .map_err(|source| StatsError::Read {
+                        path: file.clone(),
+                        source,
+                    })?
+                    .map(|text| stats::parse_numa_stat(&text).map_err(|e| e.at(&file)))
+                    .transpose()?
+            }
+            None => stats::read_numa_stat(&join(&self.memory_root, path))?,
+        };
+        let Some(stat) = stat else {
             return Ok(None);
         };
         let resident = NumaStat::from_kernel(&stat, self.page_size);
         if resident.total() == 0 {
             return Ok(None);
         }
-        let cpus = self.cgroup_cpus(path)?;
+        let cpus = self.cgroup_cpus(path, cpusets)?;
         let local = self.layout.nodes_of(&cpus);
         let nodes = resident
             .bytes_by_node
@@ -206,24 +232,49 @@ impl NumaMemoryReader {
         }))
     }
 
-    /// The CPUs of the nearest cgroup at or above `path` with an effective cpuset.
-    fn cgroup_cpus(&self, path: &str) -> Result<CpuSet, MemoryError> {
-        let Some(root) = &self.cpuset_root else {
+    /// The CPUs of the nearest cgroup at or above `path` with an effective cpuset. On a
+    /// machine with one NUMA node every CPU is on the node of every page, so no cpuset is read.
+    fn cgroup_cpus(&self, path: &str, cache: &mut CpusetCache) -> Result<CpuSet, MemoryError> {
+        let Some(root) = self
+            .cpuset_root
+            .as_ref()
+            .filter(|_| self.layout.nodes().len() > 1)
+        else {
             return Ok(self.layout.cpus());
         };
         let mut current = Some(path);
+        let mut missing = Vec::new();
+        let mut found = None;
         while let Some(p) = current {
+            if let Some(cpus) = cache.0.get(p) {
+                found = cpus.clone();
+                break;
+            }
             let dir = join(root, p);
             if let Some(cpus) =
                 stats::read_effective_cpus(&dir, self.v1)?.filter(|cpus| !cpus.is_empty())
             {
-                return Ok(cpus);
+                cache.0.insert(p.to_owned(), Some(cpus.clone()));
+                found = Some(cpus);
+                break;
             }
+            missing.push(p.to_owned());
             current = parent(p);
         }
-        Ok(self.layout.cpus())
+        // The cgroups on the way up without a cpuset of their own share what was found.
+        for p in missing {
+            cache.0.insert(p, found.clone());
+        }
+        Ok(found.unwrap_or_else(|| self.layout.cpus()))
     }
 }
+
+const NUMA_STAT: &str = "memory.numa_stat";
+
+/// Effective cpusets read during one pass over the hierarchy, by path: `None` for a cgroup
+/// whose nearest cpuset up to the root was not found (every CPU).
+#[derive(Debug, Default)]
+struct CpusetCache(HashMap<String, Option<CpuSet>>);
 
 /// `root` joined with a hierarchy-relative path (`/` is the root itself).
 fn join(root: &Path, path: &str) -> PathBuf {
@@ -340,7 +391,7 @@ hierarchical_unevictable=2926 N0=2926
             layout: two_nodes(),
             page_size: PAGE,
         };
-        let all = reader.read_all(&SharedWalks::default()).expect("read");
+        let all = reader.read_all(&CgroupTrees::default()).expect("read");
         let paths: Vec<&str> = all.iter().map(|m| m.path.as_str()).collect();
         assert_eq!(paths, ["/other", "/pods/a/ctr"]);
         let ctr = &all[1];
@@ -361,6 +412,48 @@ hierarchical_unevictable=2926 N0=2926
         assert!(
             other.nodes.iter().all(|n| n.2 == Locality::Local),
             "{other:?}"
+        );
+    }
+
+    #[test]
+    fn one_node_needs_no_cpuset_every_page_is_local() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        std::fs::create_dir_all(r.join("job")).expect("mkdir");
+        std::fs::write(r.join("job/memory.numa_stat"), "anon N0=8192\nfile N0=0\n").expect("write");
+        // A cpuset file that would fail to parse: it must not be read at all.
+        std::fs::write(r.join("job/cpuset.cpus.effective"), "garbage\n").expect("write");
+        let one_node = NodeLayout::from_parts(
+            BTreeMap::from([(0, 0), (1, 0)]),
+            vec![PfnRange {
+                start: 0,
+                end: 10,
+                node: 0,
+                pad: 0,
+            }],
+        )
+        .expect("layout");
+        let reader = NumaMemoryReader {
+            memory_root: r.to_owned(),
+            cpuset_root: Some(r.to_owned()),
+            id_root: r.to_owned(),
+            v1: false,
+            layout: one_node,
+            page_size: PAGE,
+        };
+        let all = reader.read_all(&CgroupTrees::default()).expect("read");
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0].nodes, vec![(0, 8192, Locality::Local)]);
+        assert_eq!(all[0].cpus, CpuSet::parse("0-1").expect("cpus"));
+        // With two nodes the same file is read (and its error named).
+        let two = NumaMemoryReader {
+            layout: two_nodes(),
+            ..reader
+        };
+        let err = two.read_all(&CgroupTrees::default());
+        assert!(
+            err.as_ref().map_or(true, Vec::is_empty),
+            "an unparsable cpuset leaves the cgroup out: {err:?}"
         );
     }
 

@@ -6,7 +6,9 @@
 //! - [`source`]: the seam every pod source implements ([`source::PodSource`]): pod events
 //!   with their origin;
 //! - [`manifest`]: the manifest-directory pod source (parse, scan, watch);
+//! - [`kubernetes`]: the API server's watch and kubelet's `/pods` as pod sources;
 //! - [`quantity`]: Kubernetes resource quantities.
+pub mod kubernetes;
 pub mod manifest;
 pub mod model;
 pub mod qos;

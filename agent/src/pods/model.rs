@@ -22,7 +22,8 @@ pub const MEMORY: &str = "memory";
 /// A resource name (`cpu`, `memory`, `hugepages-2Mi`, `example.com/gpu`) to quantity map.
 pub type ResourceList = BTreeMap<String, Quantity>;
 
-/// A pod: metadata and spec. `apiVersion: v1` / `kind: Pod` are checked by the manifest reader.
+/// A pod: metadata, spec and (from the API server or kubelet) status. `apiVersion: v1` /
+/// `kind: Pod` are checked by the manifest reader.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pod {
@@ -30,6 +31,58 @@ pub struct Pod {
     pub metadata: ObjectMeta,
     #[serde(default, deserialize_with = "null_default")]
     pub spec: PodSpec,
+    /// What kubelet reports; empty in a manifest (standalone mode ignores it).
+    #[serde(default, deserialize_with = "null_default")]
+    pub status: PodStatus,
+}
+
+/// The parts of a pod's status qosd reads beside kubelet: which containers run under which
+/// runtime id, the phase, and kubelet's own QoS class.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`; empty when not reported.
+    #[serde(default, deserialize_with = "null_default")]
+    pub phase: String,
+    /// kubelet's `Guaranteed`, `Burstable` or `BestEffort`.
+    #[serde(default, deserialize_with = "null_default")]
+    pub qos_class: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub container_statuses: Vec<ContainerStatus>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub init_container_statuses: Vec<ContainerStatus>,
+}
+
+impl PodStatus {
+    /// True in `Succeeded` and `Failed`: kubelet has removed (or is removing) the pod's
+    /// cgroups and keeps no resources for it.
+    #[must_use]
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.phase.as_str(), "Succeeded" | "Failed")
+    }
+}
+
+/// One container's status.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    pub name: String,
+    /// `<runtime>://<id>` (`containerd://...`, `cri-o://...`, `docker://...`); empty until
+    /// the runtime created the container.
+    #[serde(rename = "containerID", default, deserialize_with = "null_default")]
+    pub container_id: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub restart_count: i64,
+}
+
+impl ContainerStatus {
+    /// The runtime and the id of `containerID` (`("containerd", "4f5c...")`), when set.
+    #[must_use]
+    pub fn runtime_id(&self) -> Option<(&str, &str)> {
+        self.container_id
+            .split_once("://")
+            .filter(|(runtime, id)| !runtime.is_empty() && !id.is_empty())
+    }
 }
 
 /// Pod metadata.
@@ -50,6 +103,9 @@ pub struct ObjectMeta {
     pub labels: BTreeMap<String, String>,
     #[serde(default, deserialize_with = "null_default")]
     pub annotations: BTreeMap<String, String>,
+    /// Set once the pod is being deleted (RFC 3339); the API server's, not a manifest's.
+    #[serde(default, deserialize_with = "null_default")]
+    pub deletion_timestamp: Option<String>,
 }
 
 /// Pod spec.
@@ -71,6 +127,9 @@ pub struct PodSpec {
     /// validation rejects a pod that sets them rather than classify it differently from kubelet.
     #[serde(default, deserialize_with = "null_default")]
     pub resources: Option<ResourceRequirements>,
+    /// The node the scheduler bound the pod to (API pods).
+    #[serde(default, deserialize_with = "null_default")]
+    pub node_name: String,
 }
 
 impl Default for PodSpec {
@@ -81,6 +140,7 @@ impl Default for PodSpec {
             restart_policy: RestartPolicy::default(),
             termination_grace_period_seconds: DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS,
             resources: None,
+            node_name: String::new(),
         }
     }
 }

@@ -1,11 +1,12 @@
 //! The seam between where pods come from and the container manager: a [`PodSource`] turns its
-//! own input (a manifest directory today; the Kubernetes API server's watch and kubelet's
-//! `/pods` next) into one stream of [`PodEvent`]s, each pod carrying its [`Origin`]. The
+//! own input (a manifest directory, the Kubernetes API server's watch, kubelet's `/pods`)
+//! into one stream of [`PodEvent`]s, each pod carrying its [`Origin`]. The
 //! container manager only ever sees events, so a new source is a new implementation of this
 //! trait and nothing else.
 use std::fmt;
 use std::path::PathBuf;
 
+use super::kubernetes::KubernetesSourceError;
 use super::manifest::{ManifestError, ManifestWatcher};
 use super::model::Pod;
 
@@ -18,12 +19,18 @@ pub enum Origin {
         /// 1-based document index within the file.
         document: usize,
     },
+    /// The API server's watch of the pods bound to `node`.
+    ApiServer { node: String },
+    /// kubelet's `/pods` endpoint at `url`.
+    Kubelet { url: String },
 }
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Manifest { file, .. } => write!(f, "{}", file.display()),
+            Self::ApiServer { node } => write!(f, "API server (pods of node {node})"),
+            Self::Kubelet { url } => write!(f, "kubelet {url}/pods"),
         }
     }
 }
@@ -57,6 +64,8 @@ pub enum PodEvent {
 pub enum PodSourceError {
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Kubernetes(#[from] KubernetesSourceError),
 }
 
 /// A source of pods for the container manager.
@@ -75,6 +84,12 @@ pub trait PodSource: Send {
     /// The problems of the latest poll that the previous poll did not have (each reported
     /// once; count and log them).
     fn new_errors(&self) -> Vec<PodSourceError>;
+
+    /// Whether the source answered its last request (`None`: it has no remote end, or has not
+    /// tried yet). A source that cannot be reached keeps the pods it knows.
+    fn reachable(&self) -> Option<bool> {
+        None
+    }
 }
 
 impl PodSource for ManifestWatcher {

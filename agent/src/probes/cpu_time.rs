@@ -54,8 +54,9 @@ impl SwitchProbe {
             );
         }
         self.assign_slots(nanos_by_cgroup.keys().copied())?;
-        for (cgroup_id, slot) in self.slots.assigned() {
-            let per_cpu = slots::read::<u64>(&self.ebpf, names::CPU_TIME_SLOTS_MAP, slot)?;
+        for (cgroup_id, per_cpu) in
+            slots::read_assigned::<u64>(&self.ebpf, names::CPU_TIME_SLOTS_MAP, &self.slots)?
+        {
             let total = nanos_by_cgroup.entry(cgroup_id).or_default();
             *total = per_cpu.iter().copied().fold(*total, u64::saturating_add);
         }

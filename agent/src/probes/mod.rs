@@ -7,8 +7,10 @@
 //! - [`cpu_time`]: on-CPU time per cgroup from sched_switch.
 //! - [`runqlat`]: run-queue latency and preemption pairs per cgroup.
 //! - [`slots`]: which cgroup owns which counter slot of the sched_switch handler.
+//! - [`batch`]: a whole per-CPU array read in one `bpf(2)` call.
 //! - [`throttle`]: CFS throttle episodes (fexit/fentry).
 //! - [`numa`]: NUMA hinting faults, page allocations and task migrations, local or remote.
+pub mod batch;
 pub mod btf;
 pub mod cpu_time;
 pub mod features;

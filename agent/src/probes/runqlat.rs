@@ -116,8 +116,9 @@ impl SwitchProbe {
                 .chain(sample.preemptions.keys().map(|(victim, _)| victim))
                 .copied(),
         )?;
-        for (cgroup_id, slot) in self.slots.assigned() {
-            let per_cpu = slots::read::<RunqSlot>(&self.ebpf, names::RUNQ_SLOTS_MAP, slot)?;
+        for (cgroup_id, per_cpu) in
+            slots::read_assigned::<RunqSlot>(&self.ebpf, names::RUNQ_SLOTS_MAP, &self.slots)?
+        {
             let hist = waits.entry(cgroup_id).or_default();
             for counters in per_cpu.iter() {
                 for (bucket, &count) in (0u32..).zip(counters.buckets.iter()) {

@@ -12,8 +12,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use std::os::fd::AsFd as _;
+
 use aya::Ebpf;
-use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuValues};
+use aya::maps::{HashMap as AyaHashMap, IterableMap, MapData, PerCpuArray, PerCpuValues};
 use qosd_common::names;
 
 use super::error_chain;
@@ -159,16 +161,48 @@ pub fn release(
     Ok(())
 }
 
-/// The per-CPU values of `slot` in `values`.
-pub fn read<T: aya::Pod>(
+/// The per-CPU values of every slot in `table`, read with one `bpf(2)` call for the slots up
+/// to the highest one assigned ([`super::batch`]); element by element where the kernel has no
+/// batch lookup.
+pub fn read_assigned<T: aya::Pod>(
     ebpf: &Ebpf,
     values: &'static str,
-    slot: u32,
-) -> Result<PerCpuValues<T>, SlotError> {
+    table: &SlotTable,
+) -> Result<Vec<(u64, Vec<T>)>, SlotError> {
+    let Some(highest) = table.assigned().map(|(_, slot)| slot).max() else {
+        return Ok(Vec::new());
+    };
     let map = ebpf.map(values).ok_or_else(|| SlotError::missing(values))?;
     let array: PerCpuArray<&MapData, T> =
         PerCpuArray::try_from(map).map_err(|e| SlotError::new(values, &e))?;
-    array.get(&slot, 0).map_err(|e| SlotError::new(values, &e))
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| SlotError::new(values, &e))?;
+    match super::batch::percpu_array::<T>(
+        IterableMap::<u32, PerCpuValues<T>>::map(&array)
+            .fd()
+            .as_fd(),
+        highest + 1,
+        cpus,
+    ) {
+        Ok(all) => Ok(table
+            .assigned()
+            .filter_map(|(cgroup, slot)| {
+                all.get(usize::try_from(slot).ok()?)
+                    .map(|per_cpu| (cgroup, per_cpu.clone()))
+            })
+            .collect()),
+        Err(e) => {
+            tracing::debug!(map = values, error = %e, "no batch lookup; reading slot by slot");
+            table
+                .assigned()
+                .map(|(cgroup, slot)| {
+                    array
+                        .get(&slot, 0)
+                        .map(|v| (cgroup, v.iter().copied().collect()))
+                        .map_err(|e| SlotError::new(values, &e))
+                })
+                .collect()
+        }
+    }
 }
 
 /// Sets `slot`'s element of the per-CPU array `values` to `empty` on every CPU.

@@ -147,17 +147,32 @@ impl Scenario {
         .map_err(|e| self.with_log(e))
     }
 
-    /// The decision log line of `policy` from `/inspect` (published within a second of the
-    /// decision; emulated guests are slower).
+    /// The first decision of `policy` in `/inspect`'s report, as one line (published within a
+    /// second of the decision; emulated guests are slower).
     fn decision_line(&self, policy: &str) -> Result<String, String> {
         wait_for(
             &format!("a {policy} line in /inspect"),
             Duration::from_secs(15),
             || {
                 let text = http_get(self.agent.addr, "/inspect")?;
-                text.lines()
-                    .find(|l| l.contains(&format!(" {policy} ")))
-                    .map(str::to_owned)
+                let report: serde_json::Value =
+                    serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+                report["data"]["decisions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|d| d["policy"] == policy)
+                    .map(|d| {
+                        format!(
+                            "{} {} {} {}: {} ({})",
+                            d["time"].as_str().unwrap_or_default(),
+                            d["policy"].as_str().unwrap_or_default(),
+                            d["action"].as_str().unwrap_or_default(),
+                            d["target"].as_str().unwrap_or_default(),
+                            d["change"].as_str().unwrap_or_default(),
+                            d["reason"].as_str().unwrap_or_default()
+                        )
+                    })
                     .ok_or_else(|| text.clone())
             },
         )

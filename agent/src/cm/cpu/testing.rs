@@ -131,6 +131,7 @@ pub(crate) fn pod(uid: &str, init: Vec<Container>, containers: Vec<Container>) -
             uid: uid.to_owned(),
             ..Default::default()
         },
+        status: crate::pods::model::PodStatus::default(),
         spec: PodSpec {
             containers,
             init_containers: init,

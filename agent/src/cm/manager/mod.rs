@@ -190,9 +190,9 @@ impl ContainerManager {
         Ok(manager)
     }
 
-    /// The tree for `qosd inspect`.
+    /// The report `qosd inspect` prints.
     #[must_use]
-    pub fn render_tree(&self) -> String {
+    pub fn render_tree(&self) -> crate::report::Report {
         super::tree::render(self)
     }
 

@@ -29,6 +29,7 @@ fn pod(init: &[&str], app: &[&str]) -> Pod {
             uid: "uid-1".into(),
             ..ObjectMeta::default()
         },
+        status: crate::pods::model::PodStatus::default(),
         spec: PodSpec {
             init_containers: init.iter().map(|n| container(n)).collect(),
             containers: app.iter().map(|n| container(n)).collect(),

@@ -36,6 +36,7 @@ fn messages(errors: &[ManifestError]) -> Vec<String> {
 fn manifest_file(pod: &SourcedPod) -> &Path {
     match &pod.origin {
         Origin::Manifest { file, .. } => file,
+        other => panic!("not a manifest: {other}"),
     }
 }
 

@@ -1,0 +1,247 @@
+//! A writer confined to a few settings of cgroups that exist: what qosd holds beside kubelet,
+//! where kubelet and the container runtime own the cgroups and their values. It may update
+//! only the settings it was built with (the feedback's: CFS burst, `cpu.idle`, the BestEffort
+//! tier's quota, `cpuset.mems`), and refuses everything else (creating, removing, moving or
+//! killing, any other setting) with [`CgroupError::NotPermitted`], so that "never correct
+//! kubelet's own values" holds by construction, not by care.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::backend::{
+    CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
+    DestroyReport, Difference, StatKinds, UpdateReport,
+};
+use super::files::{CgroupVersion, Controller, Setting};
+use super::name::CgroupName;
+use super::resources::ResourceConfig;
+
+/// A backend's write side narrowed to `allowed` settings of existing cgroups.
+pub struct SettingsOnlyWriter {
+    inner: Box<dyn CgroupWriter>,
+    allowed: Vec<Setting>,
+}
+
+impl SettingsOnlyWriter {
+    /// `inner` may update only `allowed`.
+    #[must_use]
+    pub fn new(inner: Box<dyn CgroupWriter>, allowed: &[Setting]) -> Self {
+        Self {
+            inner,
+            allowed: allowed.to_vec(),
+        }
+    }
+
+    fn refuse(name: &CgroupName, what: &str) -> CgroupError {
+        CgroupError::NotPermitted {
+            name: name.to_string(),
+            what: what.to_owned(),
+        }
+    }
+}
+
+impl CgroupReader for SettingsOnlyWriter {
+    fn version(&self) -> CgroupVersion {
+        self.inner.version()
+    }
+
+    fn root(&self) -> &CgroupName {
+        self.inner.root()
+    }
+
+    fn name(&self, name: &CgroupName) -> Result<String, CgroupError> {
+        self.inner.name(name)
+    }
+
+    fn cgroup_name(&self, path: &str) -> Result<CgroupName, CgroupError> {
+        self.inner.cgroup_name(path)
+    }
+
+    fn paths(&self, name: &CgroupName) -> Result<BTreeMap<Controller, PathBuf>, CgroupError> {
+        self.inner.paths(name)
+    }
+
+    fn exists(&self, name: &CgroupName) -> Result<bool, CgroupError> {
+        self.inner.exists(name)
+    }
+
+    fn children(&self, name: &CgroupName) -> Result<Vec<CgroupName>, CgroupError> {
+        self.inner.children(name)
+    }
+
+    fn id(&self, name: &CgroupName) -> Result<Option<u64>, CgroupError> {
+        self.inner.id(name)
+    }
+
+    fn setting(
+        &self,
+        name: &CgroupName,
+        setting: Setting,
+    ) -> Result<Option<(&'static str, String)>, CgroupError> {
+        self.inner.setting(name, setting)
+    }
+
+    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
+        self.inner.pids(name)
+    }
+
+    fn compare(
+        &self,
+        name: &CgroupName,
+        config: &ResourceConfig,
+    ) -> Result<Vec<Difference>, CgroupError> {
+        self.inner.compare(name, config)
+    }
+
+    fn stats_of(&self, name: &CgroupName, wanted: StatKinds) -> Result<CgroupStats, CgroupError> {
+        self.inner.stats_of(name, wanted)
+    }
+}
+
+impl CgroupJoiner for SettingsOnlyWriter {
+    fn join(&self, name: &CgroupName) -> Result<CgroupJoin, CgroupError> {
+        Err(Self::refuse(name, "placing a process in it"))
+    }
+}
+
+impl CgroupWriter for SettingsOnlyWriter {
+    fn create(
+        &self,
+        name: &CgroupName,
+        _config: &ResourceConfig,
+    ) -> Result<CreateReport, CgroupError> {
+        Err(Self::refuse(name, "creating it"))
+    }
+
+    fn update(
+        &self,
+        name: &CgroupName,
+        config: &ResourceConfig,
+    ) -> Result<UpdateReport, CgroupError> {
+        if let Some(setting) = config
+            .settings()
+            .into_iter()
+            .find(|s| !self.allowed.contains(s))
+        {
+            return Err(Self::refuse(name, &format!("writing its {setting}")));
+        }
+        if !self.inner.exists(name)? {
+            return Err(Self::refuse(name, "writing a cgroup that does not exist"));
+        }
+        self.inner.update(name, config)
+    }
+
+    fn destroy(&self, name: &CgroupName) -> Result<DestroyReport, CgroupError> {
+        Err(Self::refuse(name, "removing it"))
+    }
+
+    fn attach(&self, name: &CgroupName, _pid: u32) -> Result<Vec<PathBuf>, CgroupError> {
+        Err(Self::refuse(name, "moving a process into it"))
+    }
+
+    fn kill(&self, name: &CgroupName) -> Result<usize, CgroupError> {
+        Err(Self::refuse(name, "killing its processes"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::NameStyle;
+    use crate::cgroup::cgroupfs::{CgroupfsBackend, Hierarchies};
+    use crate::cgroup::name::CgroupName;
+
+    #[test]
+    fn only_the_allowed_settings_of_existing_cgroups_are_written() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("kubepods/burstable/podx/ctr");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for (file, value) in [
+            ("cpu.max.burst", "0"),
+            ("cpu.weight", "39"),
+            ("cgroup.controllers", "cpu cpuset memory pids"),
+        ] {
+            std::fs::write(dir.join(file), value).expect("file");
+        }
+        for parent in ["kubepods", "kubepods/burstable", "kubepods/burstable/podx"] {
+            std::fs::write(
+                root.path().join(parent).join("cgroup.controllers"),
+                "cpu cpuset memory pids",
+            )
+            .expect("file");
+        }
+        std::fs::write(
+            root.path().join("cgroup.controllers"),
+            "cpu cpuset memory pids",
+        )
+        .expect("file");
+        let backend = CgroupfsBackend::new(
+            Hierarchies::V2(root.path().to_owned()),
+            CgroupName::root(),
+            NameStyle::Cgroupfs,
+        );
+        let writer =
+            SettingsOnlyWriter::new(Box::new(backend), &[Setting::CpuBurst, Setting::CpuIdle]);
+        let ctr = CgroupName::new(["kubepods", "burstable", "podx", "ctr"]).expect("name");
+
+        let burst = ResourceConfig {
+            cpu_burst: Some(20_000),
+            ..ResourceConfig::default()
+        };
+        let report = writer.update(&ctr, &burst).expect("allowed");
+        assert_eq!(report.written.len(), 1);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpu.max.burst")).expect("read"),
+            "20000"
+        );
+
+        let shares = ResourceConfig {
+            cpu_shares: Some(512),
+            ..ResourceConfig::default()
+        };
+        let err = writer.update(&ctr, &shares).expect_err("kubelet's value");
+        assert!(err.to_string().contains("writing its cpu shares"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpu.weight")).expect("read"),
+            "39"
+        );
+
+        let gone = ctr.parent().expect("pod").child("gone").expect("name");
+        assert!(writer.update(&gone, &burst).is_err(), "never creates");
+        assert!(!root.path().join("kubepods/burstable/podx/gone").exists());
+        for refused in [
+            writer.create(&gone, &burst).map(|_| ()),
+            writer.destroy(&ctr).map(|_| ()),
+            writer.attach(&ctr, 1).map(|_| ()),
+            writer.kill(&ctr).map(|_| ()),
+            writer.join(&ctr).map(|_| ()),
+        ] {
+            assert!(
+                matches!(refused, Err(CgroupError::NotPermitted { .. })),
+                "{refused:?}"
+            );
+        }
+        assert!(dir.exists());
+    }
+
+    #[test]
+    fn every_field_of_a_config_is_named() {
+        let all = ResourceConfig {
+            cpu_shares: Some(2),
+            cpu_quota: Some(crate::cgroup::Limit::Max),
+            cpu_period: Some(100_000),
+            cpu_burst: Some(0),
+            cpu_idle: Some(false),
+            cpuset_cpus: Some(crate::cgroup::CpuSet::default()),
+            cpuset_mems: Some(crate::cgroup::CpuSet::default()),
+            cpuset_memory_migrate: Some(true),
+            memory_limit: Some(crate::cgroup::Limit::Max),
+            memory_min: Some(0),
+            memory_low: Some(0),
+            memory_high: Some(crate::cgroup::Limit::Max),
+            pids_limit: Some(crate::cgroup::Limit::Max),
+            hugetlb_limits: BTreeMap::from([(2 << 20, crate::cgroup::Limit::Max)]),
+        };
+        assert_eq!(all.settings().len(), 14);
+        assert!(ResourceConfig::default().settings().is_empty());
+    }
+}
