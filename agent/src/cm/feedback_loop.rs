@@ -10,7 +10,7 @@ use crate::cgroup::CpuSet;
 use crate::cgroup::backend::{CgroupReader, StatKinds};
 use crate::cgroup::files::Setting;
 use crate::cgroup::name::CgroupName;
-use crate::cgroup::resources::{Limit, ResourceConfig};
+use crate::cgroup::resources::{Limit, QUOTA_PERIOD, ResourceConfig};
 use crate::feedback::{
     Capabilities, CfsLimit, ContainerRef, ContainerSnapshot, DecisionLog, Feedback, Overrides,
     PreemptionSource, Preemptions, Snapshot,
@@ -31,6 +31,17 @@ pub(super) struct Watched {
     pub limit: Option<CfsLimit>,
     /// The memory manager placed its memory.
     pub mems_pinned: bool,
+}
+
+/// The CFS quota and period of a container's config, when it has a CPU limit.
+pub(super) fn cfs_limit(config: &ResourceConfig) -> Option<CfsLimit> {
+    match config.cpu_quota {
+        Some(Limit::Value(quota_us)) => Some(CfsLimit {
+            quota_us,
+            period_us: config.cpu_period.unwrap_or(QUOTA_PERIOD),
+        }),
+        _ => None,
+    }
 }
 
 /// Which feedback settings the running kernel has, judged by the files in `cgroup` (the
@@ -65,7 +76,18 @@ pub struct FeedbackLoop {
     preemptions_failing: bool,
     /// NUMA nodes of the machine (realignment is judged only with two or more).
     numa_nodes: usize,
+    /// The BestEffort tier's own counters could not be read at the last run (its containers'
+    /// are read instead).
+    tier_unreadable: bool,
 }
+
+/// No statistic at all.
+const NOTHING: StatKinds = StatKinds {
+    cpu: false,
+    memory: false,
+    numa: false,
+    cpuset: false,
+};
 
 impl FeedbackLoop {
     /// The feedback fed from the manager's cgroups and, when the run-queue probe runs,
@@ -86,6 +108,7 @@ impl FeedbackLoop {
             page_size: page_size(),
             preemptions_failing: false,
             numa_nodes,
+            tier_unreadable: false,
         }
     }
 
@@ -119,8 +142,10 @@ impl FeedbackLoop {
             }
         };
         let tier_read = tier.as_ref().is_some_and(|t| t.usage_ns.is_some());
+        self.tier_unreadable = !tier_read;
         let containers = watched
             .iter()
+            .filter(|w| self.wanted(w, tier_read) != NOTHING)
             .filter_map(|w| self.read_container(cgroups, w, tier_read))
             .collect();
         let preemptions = self.read_preemptions();
@@ -181,17 +206,39 @@ impl FeedbackLoop {
         })
     }
 
+    /// Whether a container of class `qos` (with a CPU limit or not, its memory placed by the
+    /// memory manager or not) can matter to a policy at the next run: the manager hands only
+    /// those over, so a window costs nothing per container that no policy judges.
+    pub(super) fn interested(&self, qos: QosClass, limited: bool, mems_pinned: bool) -> bool {
+        self.wanted_for(qos, limited, mems_pinned, !self.tier_unreadable) != NOTHING
+    }
+
     /// What the policies can use of a container, so nothing else is read: CPU counters of
     /// BestEffort containers only when their tier's were not read (`besteffort_cpu` caps the
     /// tier by its use), of Burstable ones with a limit (`cpu_burst`); where its memory and
     /// CPUs are (`numa_align`) only on a machine with several NUMA nodes and for containers
     /// the memory manager did not place.
     fn wanted(&self, watched: &Watched, tier_read: bool) -> StatKinds {
-        let numa = self.numa_nodes > 1 && !watched.mems_pinned;
+        self.wanted_for(
+            watched.qos,
+            watched.limit.is_some(),
+            watched.mems_pinned,
+            tier_read,
+        )
+    }
+
+    fn wanted_for(
+        &self,
+        qos: QosClass,
+        limited: bool,
+        mems_pinned: bool,
+        tier_read: bool,
+    ) -> StatKinds {
+        let numa = self.numa_nodes > 1 && !mems_pinned;
         StatKinds {
-            cpu: match watched.qos {
+            cpu: match qos {
                 QosClass::BestEffort => !tier_read,
-                QosClass::Burstable => watched.limit.is_some(),
+                QosClass::Burstable => limited,
                 QosClass::Guaranteed => false,
             },
             memory: false,

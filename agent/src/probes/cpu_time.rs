@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use aya::maps::{MapData, PerCpuArray, PerCpuHashMap};
 use qosd_common::{ProbeStats, RunningTask, names};
 
-use super::error_chain;
 use super::sched_switch::SwitchProbe;
 use super::slots::{self, SlotError};
+use super::{batch, error_chain};
 
 /// The probe's name in `qosd check` and in `qosd_probe_info{probe}`.
 pub const PROBE_NAME: &str = "cpu_time";
@@ -45,8 +45,9 @@ impl SwitchProbe {
         let totals = self.cpu_time_map()?;
         let mut nanos_by_cgroup = HashMap::new();
         let mut map_entries = 0;
-        for entry in totals.iter() {
-            let (cgroup_id, per_cpu) = entry.map_err(|e| map_error(names::CPU_TIME_MAP, &e))?;
+        for (cgroup_id, per_cpu) in
+            batch::per_cpu_hash(&totals).map_err(|e| map_error(names::CPU_TIME_MAP, &e))?
+        {
             map_entries += 1;
             nanos_by_cgroup.insert(
                 cgroup_id,

@@ -338,8 +338,9 @@ impl NumaProbe {
             let map: PerCpuHashMap<&MapData, u64, LocalityCounts> =
                 PerCpuHashMap::try_from(self.ebpf.map(name).ok_or_else(|| missing_map(name))?)
                     .map_err(|e| map_error(name, &e))?;
-            for entry in map.iter() {
-                let (cgroup, per_cpu) = entry.map_err(|e| map_error(name, &e))?;
+            for (cgroup, per_cpu) in
+                super::batch::per_cpu_hash(&map).map_err(|e| map_error(name, &e))?
+            {
                 let total = per_cpu
                     .iter()
                     .fold(LocalityCounts::default(), |a, v| LocalityCounts {

@@ -23,7 +23,7 @@ use qosd_common::{
 use super::btf::{BtfError, KernelBtf};
 use super::sched_switch::SwitchProbe;
 use super::slots::{self, SlotError};
-use super::{ProbeMode, error_chain};
+use super::{ProbeMode, batch, error_chain};
 
 /// The probe's name in `qosd check` and in `qosd_probe_info{probe}`.
 pub const PROBE_NAME: &str = "runqlat";
@@ -97,8 +97,9 @@ impl SwitchProbe {
         let pairs: PerCpuHashMap<&MapData, PreemptKey, PreemptValue> =
             self.per_cpu_hash(names::PREEMPT_MAP)?;
         let mut pair_entries = 0;
-        for entry in pairs.iter() {
-            let (key, per_cpu) = entry.map_err(|e| map_error(names::PREEMPT_MAP, &e))?;
+        for (key, per_cpu) in
+            batch::per_cpu_hash(&pairs).map_err(|e| map_error(names::PREEMPT_MAP, &e))?
+        {
             pair_entries += 1;
             let total = sample
                 .preemptions
@@ -220,8 +221,7 @@ impl SwitchProbe {
         let map: PerCpuHashMap<&MapData, HistKey, HistBucket> = self.per_cpu_hash(name)?;
         let mut out: HashMap<u64, Log2Histogram> = HashMap::new();
         let mut entries = 0;
-        for entry in map.iter() {
-            let (key, per_cpu) = entry.map_err(|e| map_error(name, &e))?;
+        for (key, per_cpu) in batch::per_cpu_hash(&map).map_err(|e| map_error(name, &e))? {
             entries += 1;
             let (count, sum_ns) = per_cpu.iter().fold((0u64, 0u64), |(c, s), b| {
                 (c.saturating_add(b.count), s.saturating_add(b.sum_ns))

@@ -4,10 +4,9 @@ use std::time::Instant;
 
 use crate::cgroup::cpuset::CpuSet;
 use crate::cgroup::name::CgroupName;
-use crate::cgroup::resources::{Limit, QUOTA_PERIOD};
 use crate::cm::feedback_loop::{self, FeedbackLoop, Watched};
 use crate::cm::pod_resources::container_config;
-use crate::feedback::{CfsLimit, Feedback, FeedbackConfig, FeedbackMetrics, PreemptionSource};
+use crate::feedback::{Feedback, FeedbackConfig, FeedbackMetrics, PreemptionSource};
 use crate::numa::NodeLayout;
 
 use super::ContainerManager;
@@ -107,31 +106,33 @@ impl ContainerManager {
         }
     }
 
-    /// The running containers the feedback watches.
+    /// The running containers the feedback watches and would read something of (see
+    /// [`FeedbackLoop::interested`]).
     pub(super) fn watched(&self) -> Vec<Watched> {
+        let Some(feedback) = &self.feedback else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
         for (uid, managed) in &self.pods {
             if managed.phase == Phase::Terminating {
                 continue;
             }
             for container in &managed.pod.spec.containers {
+                let limit =
+                    feedback_loop::cfs_limit(&container_config(container, self.options.policy));
+                let mems_pinned = self.resources.cpusets(uid, &container.name).mems.is_some();
+                if !feedback.interested(managed.qos, limit.is_some(), mems_pinned) {
+                    continue;
+                }
                 let Ok(cgroup) = managed.cgroup.child(&container.name) else {
                     continue;
-                };
-                let config = container_config(container, self.options.policy);
-                let limit = match config.cpu_quota {
-                    Some(Limit::Value(quota_us)) => Some(CfsLimit {
-                        quota_us,
-                        period_us: config.cpu_period.unwrap_or(QUOTA_PERIOD),
-                    }),
-                    _ => None,
                 };
                 out.push(Watched {
                     target: container_ref(uid, &managed.pod, &container.name),
                     qos: managed.qos,
                     cgroup,
                     limit,
-                    mems_pinned: self.resources.cpusets(uid, &container.name).mems.is_some(),
+                    mems_pinned,
                 });
             }
         }

@@ -217,6 +217,8 @@ impl ContainerManager {
         }
         self.index
             .remove_pod(&managed.pod.metadata.namespace, &managed.pod.metadata.name);
+        self.ids
+            .retain(|name, _| !name.starts_with(&managed.cgroup));
         self.resources.release(uid);
         tracing::info!(pod = %managed.pod.full_name(), "pod stopped and its cgroups removed");
         self.refresh_shared_pool();

@@ -138,6 +138,9 @@ pub struct ContainerManager {
     feedback: Option<FeedbackLoop>,
     /// The machine's NUMA nodes (from the layout the feedback was given), for memory moves.
     numa_nodes: BTreeSet<u32>,
+    /// Kernel ids of the pod and container cgroups indexed so far (asked again only when a
+    /// cgroup is created anew).
+    ids: BTreeMap<CgroupName, u64>,
 }
 
 impl ContainerManager {
@@ -183,6 +186,7 @@ impl ContainerManager {
             to_advance: BTreeSet::new(),
             feedback: None,
             numa_nodes: BTreeSet::new(),
+            ids: BTreeMap::new(),
         };
         manager.ensure_tiers(Cause::Change)?;
         manager.enforce_reserved(Cause::Change);

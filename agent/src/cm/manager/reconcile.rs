@@ -50,8 +50,11 @@ impl ContainerManager {
             container: container.map(str::to_owned),
             qos_class: managed.qos,
         };
-        let mut indexed = vec![(pod_cgroup.clone(), workload(None))];
-        self.apply(&pod_cgroup, &desired, cause)?;
+        let mut indexed = vec![(
+            pod_cgroup.clone(),
+            workload(None),
+            self.apply(&pod_cgroup, &desired, cause)?,
+        )];
         for container in &containers {
             let name = pod_cgroup
                 .child(&container.name)
@@ -68,11 +71,14 @@ impl ContainerManager {
                 }
                 None => config,
             };
-            self.apply(&name, &config, cause)?;
-            indexed.push((name, workload(Some(&container.name))));
+            let created = self.apply(&name, &config, cause)?;
+            indexed.push((name, workload(Some(&container.name)), created));
         }
-        for (name, workload) in indexed {
-            if let Some(id) = self.cgroup_id(&name) {
+        for (name, workload, created) in indexed {
+            // A cgroup keeps its id while it exists: asked again only when it was (re)created.
+            let known = self.ids.get(&name).copied().filter(|_| !created);
+            if let Some(id) = known.or_else(|| self.cgroup_id(&name)) {
+                self.ids.insert(name, id);
                 self.index.insert(id, workload);
             }
         }
@@ -81,13 +87,14 @@ impl ContainerManager {
 
     /// Rewrites what differs from `config` in `name`, or creates it; counts drift and errors.
     /// The update comes first: a cgroup that exists (the usual case) costs no existence check,
-    /// and only a failed update asks whether the cgroup is gone (then it is created).
+    /// and only a failed update asks whether the cgroup is gone (then it is created). True when
+    /// it was created.
     pub(super) fn apply(
         &self,
         name: &CgroupName,
         config: &ResourceConfig,
         cause: Cause,
-    ) -> Result<(), CgroupError> {
+    ) -> Result<bool, CgroupError> {
         let updated = match self.cgroups.update(name, config) {
             Ok(report) => Some(report),
             Err(e) if self.cgroups.exists(name)? => return Err(e),
@@ -109,8 +116,9 @@ impl ContainerManager {
             }
             let report = self.cgroups.create(name, config)?;
             tracing::debug!(cgroup = %name, written = report.written.len(), "cgroup created");
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     pub(super) fn ensure_tiers(&mut self, cause: Cause) -> Result<(), CgroupError> {

@@ -16,8 +16,9 @@ use super::scan::{Scanner, dir_error};
 use super::{ManifestError, ScanResult};
 use crate::pods::source::{PodEvent, SourcedPod};
 
-/// Without an inotify report, the longest a watched directory goes without a rescan.
-pub const RESCAN: Duration = Duration::from_secs(10);
+/// Without an inotify report, the longest a watched directory goes without a rescan (kubelet
+/// rechecks its static pod directory as often: `fileCheckFrequency`, 20 s).
+pub const RESCAN: Duration = Duration::from_secs(20);
 /// How often a directory without a watch is rescanned.
 pub const UNWATCHED_RESCAN: Duration = Duration::from_secs(1);
 
