@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use crate::cgroup::{CgroupLayout, LayoutError};
 use crate::cm::index::WorkloadIndex;
 use crate::feedback::PreemptionSource;
+use crate::kubernetes::{KubernetesError, KubernetesMode, KubernetesOptions};
 use crate::metrics::cgroup_cpu::CgroupCpuCollector;
 use crate::metrics::cpu_throttling::CpuThrottlingCollector;
 use crate::metrics::numa::{NumaCollector, NumaMemoryCollector};
@@ -25,16 +26,40 @@ use crate::probes::{cpu_time, runqlat, throttle};
 use crate::report::Report;
 use crate::standalone::{Standalone, StandaloneError, StandaloneOptions};
 
+/// Which container manager runs beside the probes.
+#[derive(Clone, Debug)]
+pub enum AgentMode {
+    /// Probes and metrics only.
+    ProbesOnly,
+    /// The container manager fed from a manifest directory.
+    Standalone(StandaloneOptions),
+    /// Beside kubelet on a Kubernetes node.
+    Kubernetes(KubernetesOptions),
+}
+
 /// What `qosd run` needs.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     /// Address of the metrics endpoint.
     pub metrics_addr: SocketAddr,
-    /// Standalone mode (container manager fed from a manifest directory); `None` runs the
-    /// probes and metrics only.
-    pub standalone: Option<StandaloneOptions>,
+    pub mode: AgentMode,
     /// Which attach modes the sched_switch handler may use.
     pub cpu_time_mode: ModePreference,
+}
+
+/// The running container manager of either mode.
+enum Running {
+    Standalone(Standalone),
+    Kubernetes(KubernetesMode),
+}
+
+impl Running {
+    fn stop(self) {
+        match self {
+            Self::Standalone(s) => s.stop(),
+            Self::Kubernetes(k) => k.stop(),
+        }
+    }
 }
 
 /// Errors that stop the agent from starting. Probe failures are not among them: a probe the
@@ -49,6 +74,8 @@ pub enum DaemonError {
     Metrics(#[from] MetricsError),
     #[error("container manager: {0}")]
     Standalone(#[from] StandaloneError),
+    #[error("beside kubelet: {0}")]
+    Kubernetes(#[from] KubernetesError),
     #[error(transparent)]
     Server(#[from] ServerError),
     #[error("installing the {signal} handler: {source}")]
@@ -146,8 +173,8 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         .await?;
     wiring.register_cgroupfs_collectors(&layout, nodes.clone())?;
     return_freed_memory();
-    let standalone = match &options.standalone {
-        Some(opts) => {
+    let running = match &options.mode {
+        AgentMode::Standalone(opts) => {
             let started = Standalone::start(
                 opts,
                 &layout,
@@ -158,9 +185,26 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
                 nodes,
             )?;
             tracing::info!(manifest_dir = %opts.manifest_dir.display(), "standalone container manager running");
-            Some(started)
+            Some(Running::Standalone(started))
         }
-        None => {
+        AgentMode::Kubernetes(opts) => {
+            let started = KubernetesMode::start(
+                opts,
+                crate::kubernetes::Shared {
+                    layout: layout.clone(),
+                    registry: metrics.registry.clone(),
+                    index: workloads.clone(),
+                    inspect: inspect.clone(),
+                    trees: metrics.trees.clone(),
+                    preemptions: preemptions.map(|p| Box::new(p) as Box<dyn PreemptionSource>),
+                    nodes,
+                },
+            )
+            .await?;
+            tracing::info!(source = opts.source.label(), "running beside kubelet");
+            Some(Running::Kubernetes(started))
+        }
+        AgentMode::ProbesOnly => {
             inspect.set(Report::message(
                 "probes only",
                 "container manager not running (no manifest directory, no Kubernetes pod source)",
@@ -193,9 +237,10 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     // The last reference to the registry owns the probe; dropping it detaches the programs.
     drop(metrics);
     tracing::info!("programs detached");
-    if let Some(standalone) = standalone {
-        // Containers get their grace periods; this may take longer than the detach above.
-        tokio::task::spawn_blocking(move || standalone.stop())
+    if let Some(running) = running {
+        // Containers get their grace periods (standalone), interventions kubelet's values back
+        // (beside kubelet); this may take longer than the detach above.
+        tokio::task::spawn_blocking(move || running.stop())
             .await
             .ok();
     }

@@ -14,7 +14,9 @@
 //! - [`pods`]: pod model, QoS, quantities, pod sources.
 //! - [`runtime`]: the standalone runtime (container processes in their cgroups).
 //! - [`standalone`]: standalone mode, the container manager fed from a manifest directory.
+//! - [`kubernetes`]: Kubernetes mode, qosd beside kubelet, fed from the API server or kubelet.
 //! - [`check`]: the `qosd check` report.
+//! - [`report`]: the document `/inspect` serves (tables and JSON).
 //! - [`inspect`]: `qosd inspect`, the client side of the agent's `/inspect` endpoint.
 //! - [`daemon`]: `qosd run`, start-up and clean shutdown.
 pub mod cgroup;
@@ -24,6 +26,7 @@ pub mod config;
 pub mod daemon;
 pub mod feedback;
 pub mod inspect;
+pub mod kubernetes;
 pub mod machine;
 pub mod metrics;
 pub mod numa;

@@ -10,7 +10,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cgroup::name::{CgroupName, NameError};
-use crate::cgroup::resources::{Limit, ResourceConfig, milli_cpu_to_shares};
 use crate::cgroup::{CgroupError, CgroupLayout, CgroupfsBackend, Hierarchies, NameStyle};
 use crate::cm::allocatable::{self, AllocatableError, CgroupLimits, NodeAllocatableConfig};
 use crate::cm::capacity::{CapacityError, MachineInfo};
@@ -168,7 +167,7 @@ impl Standalone {
         let kubepods = enforcement
             .kubepods
             .as_ref()
-            .map(to_resource_config)
+            .map(CgroupLimits::to_resource_config)
             .unwrap_or_default();
         // system-reserved / kube-reserved: existing cgroups outside the cgroup root, updated
         // and reconciled (never created or removed) by the container manager like kubelet's
@@ -178,7 +177,7 @@ impl Standalone {
             .flatten()
             .map(|r| {
                 CgroupName::parse_cgroupfs(&r.cgroup)
-                    .map(|name| (name, to_resource_config(&r.limits)))
+                    .map(|name| (name, r.limits.to_resource_config()))
                     .map_err(|source| StandaloneError::ReservedCgroup {
                         cgroup: r.cgroup.clone(),
                         source,
@@ -187,13 +186,7 @@ impl Standalone {
             .collect::<Result<Vec<_>, _>>()?;
         let cgroups = CgroupfsBackend::new(Hierarchies::from_layout(layout)?, root.clone(), style)
             .with_reserved(reserved.iter().map(|(name, _)| name.clone()).collect());
-        let policy = PodCgroupPolicy {
-            enforce_cpu_limits: config.cpu_cfs_quota,
-            cpu_period_us: u64::try_from(config.cpu_cfs_quota_period.as_micros())
-                .unwrap_or(100_000),
-            memory_qos: config.memory_qos() && layout.v1.is_empty(),
-            pod_pids_limit: config.pod_pids_limit,
-        };
+        let policy = PodCgroupPolicy::from_kubelet(&config, layout.v1.is_empty());
         let machine = crate::machine::hwloc::load_host()?;
         if let Some(nodes) = &nodes {
             check_numa_agreement(&machine, nodes);
@@ -252,21 +245,6 @@ impl Standalone {
         if self.thread.join().is_err() {
             tracing::error!("the container manager thread panicked");
         }
-    }
-}
-
-fn to_resource_config(limits: &CgroupLimits) -> ResourceConfig {
-    ResourceConfig {
-        cpu_shares: limits.milli_cpu.map(milli_cpu_to_shares),
-        memory_limit: limits.memory_bytes.map(Limit::from_signed),
-        memory_min: limits.memory_min_bytes.and_then(|m| u64::try_from(m).ok()),
-        pids_limit: limits.pids.map(Limit::from_signed),
-        hugetlb_limits: limits
-            .hugepages
-            .iter()
-            .map(|(size, bytes)| (*size, Limit::from_signed(*bytes)))
-            .collect(),
-        ..ResourceConfig::default()
     }
 }
 

@@ -1,8 +1,13 @@
-//! The Grafana dashboards in `dashboards/*.json` against the metrics qosd exports, without
-//! root and without Prometheus: every dashboard is valid JSON with unique panel ids, every
-//! panel says what it shows and has a query, every `$variable` a query uses is defined, and
-//! every metric name in any PromQL expression (panel targets and variable queries) is one qosd
-//! exports, so a renamed metric fails here instead of silently emptying a panel.
+//! The Grafana dashboards in `dashboards/*.json` (every one: `qosd-node.json`,
+//! `qosd-cluster.json`, ...) against the metrics qosd exports and against each other, without
+//! root and without Prometheus: every dashboard is valid JSON with unique panel ids, its own
+//! `uid`, `schemaVersion` 39, no `__inputs` and a `$datasource` variable; every panel says what
+//! it shows and has a query; every `$variable` a query uses is defined; every `rate` is over
+//! `$__rate_interval`; every metric name in any PromQL expression (panel targets and variable
+//! queries) is one qosd exports, so a renamed metric fails here instead of silently emptying a
+//! panel; and every dashboard link and data link to a Grafana dashboard (`/d/<uid>...`) names
+//! one of these dashboards, passes only variables that dashboard defines and only series labels
+//! its panel's queries keep.
 //!
 //! The exported names are read from the code that defines them: the `"qosd_..."` string
 //! literals of `agent/src/metrics/*.rs` and of every module's `metrics.rs`
@@ -491,6 +496,395 @@ fn qosd_node_dashboard_has_datasource_instance_namespace_pod_and_qos_class_varia
             "${name} is not built from a qosd metric: {query:?}"
         );
     }
+}
+
+#[test]
+fn every_dashboard_has_its_own_uid_schema_39_no_inputs_and_a_datasource_variable() {
+    let mut uids: BTreeMap<String, String> = BTreeMap::new();
+    for (file, dashboard) in dashboards() {
+        let uid = dashboard["uid"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{file}: no uid (links between dashboards need one)"));
+        assert!(!uid.is_empty(), "{file}: empty uid");
+        if let Some(other) = uids.insert(uid.to_owned(), file.clone()) {
+            panic!("{file} and {other} both have uid {uid:?}");
+        }
+        assert_eq!(dashboard["schemaVersion"], 39, "{file}: schemaVersion");
+        assert!(
+            dashboard.get("__inputs").is_none(),
+            "{file}: has __inputs (the data source is the $datasource variable, so it imports as it is)"
+        );
+        let datasource = variables(&dashboard)
+            .remove("datasource")
+            .unwrap_or_else(|| panic!("{file}: no $datasource variable"));
+        assert_eq!(datasource["type"], "datasource", "{file}: $datasource");
+        assert_eq!(datasource["query"], "prometheus", "{file}: $datasource");
+    }
+}
+
+#[test]
+fn every_rate_is_over_the_rate_interval() {
+    for (file, dashboard) in dashboards() {
+        for (place, expr) in exprs(&dashboard) {
+            for (start, _) in expr.match_indices("rate(") {
+                let window = expr[start..]
+                    .split_once('[')
+                    .and_then(|(_, rest)| rest.split_once(']'))
+                    .map(|(window, _)| window);
+                assert_eq!(
+                    window,
+                    Some("$__rate_interval"),
+                    "{file}: {place}: a rate over another window than $__rate_interval in {expr:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A dashboard's variables by name.
+fn variables(dashboard: &Value) -> BTreeMap<String, Value> {
+    dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| Some((v["name"].as_str()?.to_owned(), v.clone())))
+        .collect()
+}
+
+/// A link and where it is: the dashboard's own links, then every panel's links and data links
+/// (`links`, `fieldConfig.defaults.links`, `links` overrides), with the panel.
+struct Link<'a> {
+    place: String,
+    link: &'a Value,
+    panel: Option<&'a Value>,
+}
+
+fn links(dashboard: &Value) -> Vec<Link<'_>> {
+    let mut out: Vec<Link<'_>> = dashboard["links"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|link| Link {
+            place: format!("dashboard link {:?}", link["title"]),
+            link,
+            panel: None,
+        })
+        .collect();
+    for panel in panels(dashboard) {
+        let title = panel["title"].as_str().unwrap_or_default();
+        let overrides = panel["fieldConfig"]["overrides"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|o| o["properties"].as_array().into_iter().flatten())
+            .filter(|p| p["id"] == "links")
+            .map(|p| &p["value"]);
+        let lists = [&panel["links"], &panel["fieldConfig"]["defaults"]["links"]]
+            .into_iter()
+            .chain(overrides);
+        for list in lists {
+            for link in list.as_array().into_iter().flatten() {
+                out.push(Link {
+                    place: format!("panel {title:?} link {:?}", link["title"]),
+                    link,
+                    panel: Some(panel),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The uid of a link to a Grafana dashboard (`/d/<uid>`, `/d/<uid>/<slug>?...`), if it is one.
+fn linked_uid(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("/d/")?;
+    let end = rest.find(['/', '?', '#', '&']).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// The template references of a link URL: `${name}`, `${name:format}`, `${a.b.c}`,
+/// `${__data.fields["x"]}` and `$name`, each as its full text without `$`, braces or format.
+fn link_references(url: &str) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    let mut rest = url;
+    while let Some(at) = rest.find('$') {
+        let after = &rest[at + 1..];
+        if let Some(braced) = after.strip_prefix('{') {
+            let end = braced.find('}').unwrap_or(braced.len());
+            let inner = &braced[..end];
+            let (name, format) = match inner.split_once(':') {
+                Some((name, format)) => (name, Some(format.to_owned())),
+                None => (inner, None),
+            };
+            out.push((name.to_owned(), format));
+            rest = &braced[end.min(braced.len())..];
+        } else {
+            let len = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            out.push((after[..len].to_owned(), None));
+            rest = &after[len..];
+        }
+    }
+    out
+}
+
+/// The series label (or table column) a data-link reference reads, if it reads one:
+/// `__field.labels.x`, `__series.labels.x`, `__data.fields.x`, `__data.fields["x"]`.
+fn referenced_label(reference: &str) -> Option<String> {
+    ["__field.labels", "__series.labels", "__data.fields"]
+        .iter()
+        .find_map(|prefix| reference.strip_prefix(prefix))
+        .map(|rest| {
+            rest.trim_start_matches('.')
+                .trim_start_matches("[\"")
+                .trim_end_matches("\"]")
+                .to_owned()
+        })
+}
+
+/// Grafana's link variables, usable in any link URL without being defined.
+const LINK_BUILTINS: &[&str] = &[
+    "__url_time_range",
+    "__from",
+    "__to",
+    "__all_variables",
+    "__timezone",
+    "__dashboard",
+    "__org",
+    "__user",
+];
+
+/// Aggregations that drop every label not named in their `by (...)` clause (`topk` and the
+/// like keep their argument's labels).
+const LABEL_DROPPING_AGGREGATIONS: &[&str] = &[
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "quantile",
+];
+
+/// The labels `expr`'s aggregations keep: every label named in one of its `by (...)` clauses,
+/// or none when it aggregates without one (`sum(x)`); `None` when it does not aggregate (or
+/// uses `without`, which keeps labels this does not know), so every label may remain. An
+/// approximation that catches a data link reading a label its query sums away.
+fn grouping_labels(expr: &str) -> Option<BTreeSet<String>> {
+    if expr.contains("without") {
+        return None;
+    }
+    let mut kept = BTreeSet::new();
+    let mut aggregated = false;
+    let bytes = expr.as_bytes();
+    for (start, _) in expr.match_indices("by") {
+        let before_ok =
+            start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+        let rest = expr[start + 2..].trim_start();
+        if !before_ok || !rest.starts_with('(') {
+            continue;
+        }
+        aggregated = true;
+        let list = rest[1..].split(')').next().unwrap_or_default();
+        kept.extend(
+            list.split(',')
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    let aggregates_all = LABEL_DROPPING_AGGREGATIONS.iter().any(|a| {
+        expr.match_indices(a).any(|(start, _)| {
+            let before = expr[..start].chars().next_back();
+            let after = expr[start + a.len()..].trim_start();
+            before.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+                && after.starts_with('(')
+        })
+    });
+    (aggregated || aggregates_all).then_some(kept)
+}
+
+#[test]
+fn every_link_to_a_dashboard_names_one_here_with_its_variables_and_kept_labels() {
+    let all = dashboards();
+    let by_uid: BTreeMap<String, (&String, &Value)> = all
+        .iter()
+        .filter_map(|(file, d)| Some((d["uid"].as_str()?.to_owned(), (file, d))))
+        .collect();
+    let mut checked = 0;
+    for (file, dashboard) in &all {
+        let own = variables(dashboard);
+        for Link { place, link, panel } in links(dashboard) {
+            if link["type"] == "dashboards" {
+                // A link by tags: some other dashboard here must carry one of them.
+                let tags: Vec<&Value> = link["tags"].as_array().into_iter().flatten().collect();
+                assert!(
+                    all.iter().any(|(other, d)| other != file
+                        && d["tags"]
+                            .as_array()
+                            .is_some_and(|t| t.iter().any(|tag| tags.contains(&tag)))),
+                    "{file}: {place}: no other dashboard has any of the tags {tags:?}"
+                );
+                continue;
+            }
+            let url = link["url"].as_str().unwrap_or_default();
+            let Some(uid) = linked_uid(url) else {
+                continue;
+            };
+            checked += 1;
+            let (target_file, target) = by_uid.get(uid).unwrap_or_else(|| {
+                panic!(
+                    "{file}: {place} links to uid {uid:?}, which no dashboards/*.json has ({:?})",
+                    by_uid.keys().collect::<Vec<_>>()
+                )
+            });
+            let theirs = variables(target);
+            // var-NAME=... parameters name variables of the linked dashboard.
+            for (start, _) in url.match_indices("var-") {
+                let name: String = url[start + 4..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    theirs.contains_key(&name),
+                    "{file}: {place} passes var-{name}, which {target_file} does not define ({:?})",
+                    theirs.keys().collect::<Vec<_>>()
+                );
+            }
+            for (reference, format) in link_references(url) {
+                if let Some(label) = referenced_label(&reference) {
+                    // A series label or table column: every query of the panel must keep it.
+                    let panel = panel.unwrap_or_else(|| {
+                        panic!("{file}: {place} reads {reference} outside a panel")
+                    });
+                    for expr in panel_exprs(panel) {
+                        if let Some(kept) = grouping_labels(expr) {
+                            assert!(
+                                kept.contains(&label),
+                                "{file}: {place} reads label {label:?}, which {expr:?} aggregates away"
+                            );
+                        }
+                    }
+                    continue;
+                }
+                if ["__value", "__field.name", "__series.name"]
+                    .iter()
+                    .any(|p| reference.starts_with(p))
+                    || LINK_BUILTINS.contains(&reference.as_str())
+                {
+                    continue;
+                }
+                assert!(
+                    own.contains_key(&reference),
+                    "{file}: {place} uses ${reference}, which {file} does not define"
+                );
+                // ${name:queryparam} becomes var-name=...: the linked dashboard must have it too.
+                if format.as_deref() == Some("queryparam") {
+                    assert!(
+                        theirs.contains_key(&reference),
+                        "{file}: {place} passes ${{{reference}:queryparam}}, which {target_file} does not define"
+                    );
+                }
+            }
+        }
+    }
+    // The cluster view links into the node view, so there is at least one link to check.
+    assert!(
+        checked > 0,
+        "no link to a dashboard found in any dashboards/*.json"
+    );
+}
+
+#[test]
+fn qosd_cluster_dashboard_has_datasource_node_namespace_and_qos_class_variables() {
+    let all = dashboards();
+    let dashboard = all
+        .get("qosd-cluster.json")
+        .unwrap_or_else(|| panic!("dashboards/qosd-cluster.json is missing"));
+    assert_eq!(dashboard["uid"], "qosd-cluster");
+    let variables = variables(dashboard);
+    let exported = exported_metric_names();
+    for (name, label) in [
+        ("node", "instance"),
+        ("namespace", "namespace"),
+        ("qos_class", "qos_class"),
+    ] {
+        let variable = variables
+            .get(name)
+            .unwrap_or_else(|| panic!("no ${name} variable"));
+        assert_eq!(variable["type"], "query", "${name}");
+        assert_eq!(variable["multi"], true, "${name} is not multi-value");
+        assert_eq!(variable["includeAll"], true, "${name} has no All");
+        let query = variable_query(variable).unwrap_or_default();
+        let expr = label_values_expr(query)
+            .unwrap_or_else(|| panic!("${name} is not label_values(<qosd metric>, {label})"));
+        assert!(
+            query.trim_end_matches(')').trim_end().ends_with(label),
+            "${name} does not take the values of label {label}: {query:?}"
+        );
+        let metrics = metric_names(expr);
+        assert!(
+            !metrics.is_empty() && metrics.iter().all(|m| is_exported(m, &exported)),
+            "${name} is not built from a qosd metric: {query:?}"
+        );
+    }
+    assert!(
+        variable_query(&variables["namespace"])
+            .is_some_and(|q| q.contains("qosd_cgroup_cpu_seconds_total")),
+        "$namespace does not come from qosd_cgroup_cpu_seconds_total"
+    );
+    // The node view is reachable from the dashboard's own links.
+    assert!(
+        links(dashboard).iter().any(|l| l.panel.is_none()
+            && linked_uid(l.link["url"].as_str().unwrap_or_default()) == Some("qosd-node")),
+        "no dashboard link to the node view (uid qosd-node)"
+    );
+}
+
+#[test]
+fn link_helpers_find_uids_references_and_kept_labels() {
+    assert_eq!(
+        linked_uid("/d/qosd-node/qosd-node?var-instance=${__field.labels.instance}"),
+        Some("qosd-node")
+    );
+    assert_eq!(linked_uid("/d/abc?x=1"), Some("abc"));
+    assert_eq!(linked_uid("https://example.com/docs"), None);
+    assert_eq!(
+        link_references(
+            "/d/x?var-a=${__data.fields[\"pod\"]}&${ns:queryparam}&$b&${__url_time_range}"
+        ),
+        [
+            ("__data.fields[\"pod\"]".to_owned(), None),
+            ("ns".to_owned(), Some("queryparam".to_owned())),
+            ("b".to_owned(), None),
+            ("__url_time_range".to_owned(), None),
+        ]
+    );
+    assert_eq!(
+        referenced_label("__data.fields[\"pod\"]").as_deref(),
+        Some("pod")
+    );
+    assert_eq!(
+        referenced_label("__field.labels.instance").as_deref(),
+        Some("instance")
+    );
+    assert_eq!(referenced_label("namespace"), None);
+    assert_eq!(
+        grouping_labels(
+            "topk(10, sum by (instance, pod) (rate(x[5s])) / sum by (instance, pod) (rate(y[5s])))"
+        ),
+        Some(BTreeSet::from(["instance".to_owned(), "pod".to_owned()]))
+    );
+    assert_eq!(
+        grouping_labels("sum(rate(x{standby=\"1\"}[5s]))"),
+        Some(BTreeSet::new())
+    );
+    assert_eq!(grouping_labels("rate(x[5s]) / 2"), None);
+    assert_eq!(grouping_labels("topk(5, rate(x_sum[5s]))"), None);
 }
 
 #[test]

@@ -16,6 +16,7 @@
 mod agent;
 mod cases;
 mod cgroup_fixture;
+mod containerd;
 mod harness;
 mod pod_tree;
 mod workload;

@@ -222,7 +222,12 @@ fn node_section() -> Result<()> {
 
 /// The release `qosd`, built with the benchmark tools installed.
 fn release_qosd() -> Result<std::path::PathBuf> {
-    let toolchain = setup::bench_tools()?;
+    build_release_qosd(&setup::bench_tools()?)
+}
+
+/// Builds the release `qosd` (`cargo build --release -p qosd`, bpf-linker first on PATH for
+/// the eBPF object) and returns its path. Also used by `cargo xtask image`.
+pub(crate) fn build_release_qosd(toolchain: &setup::Toolchain) -> Result<std::path::PathBuf> {
     setup::run(
         Command::new("cargo")
             .args(["build", "--release", "-p", "qosd"])

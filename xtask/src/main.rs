@@ -1,11 +1,14 @@
-//! qosd's developer commands: `cargo xtask setup | run | test | vm | bench`.
+//! qosd's developer commands: `cargo xtask setup | run | test | vm | bench | deploy-check | image`.
 //!
 //! xtask owns everything around the Rust build that a newcomer or CI needs: installing the
 //! eBPF tool chain and test dependencies into a cache ([`setup`]), starting qosd with its
-//! embedded defaults ([`run`]), running every test tier with a summary ([`test`]), and
-//! booting guest kernels ([`vm`]).
+//! embedded defaults ([`run`]), running every test tier with a summary ([`test`]; the deploy
+//! tier's checks of `deploy/` in [`deploy_check`]), booting guest kernels ([`vm`]), and
+//! building qosd's container image ([`image`]).
 
 mod bench;
+mod deploy_check;
+mod image;
 mod node_bench;
 mod overhead;
 mod procfs;
@@ -39,7 +42,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run every test tier CI runs: lint, unit, host (root), VMs (5.10, 6.1, 6.12).
+    /// Run every test tier CI runs: lint, unit, deploy (manifests, alert rules, image), host
+    /// (root), VMs (5.10, 6.1, 6.12).
     Test(test::TestArgs),
     /// Boot one guest kernel with the given files in its initramfs and run a command in it.
     Vm {
@@ -63,6 +67,22 @@ enum Command {
     Bench {
         /// Only benchmarks whose id contains this string.
         filter: Option<String>,
+    },
+    /// Check deploy/ as the deploy tier of `cargo xtask test` does: the manifests against
+    /// Kubernetes' schemas (kubernetes-validate), the alert rules and their unit tests
+    /// (promtool), and the image built and run.
+    DeployCheck {
+        /// Leave the image build (a release build) out.
+        #[arg(long)]
+        no_image: bool,
+    },
+    /// Build the release qosd and its OCI image archive, target/qosd-image.tar (tag
+    /// qosd:VERSION, no Docker engine: umoci), then run `qosd --help` and `qosd --version`
+    /// inside it with runc. As root; installs umoci and runc.
+    Image {
+        /// Only verify the existing archive (unpack it, run qosd in it), without building.
+        #[arg(long)]
+        check: bool,
     },
 }
 
@@ -89,6 +109,8 @@ fn dispatch(cli: Cli) -> Result<()> {
             command,
         } => boot_one(&kernel, &files, timeout, &command),
         Command::Bench { filter } => bench::run(filter.as_deref()),
+        Command::DeployCheck { no_image } => deploy_check::run_alone(!no_image),
+        Command::Image { check } => image::run(check),
     }
 }
 

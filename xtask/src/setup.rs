@@ -1,7 +1,8 @@
 //! `cargo xtask setup`: everything the build and the tests need, installed idempotently into a
 //! cache that survives across runs (`$QOSD_CACHE`, default `~/.cache/qosd`):
 //! rust-src for the nightly toolchain, bpf-linker built against that toolchain's own LLVM, the
-//! Debian packages the tests use, and the guest kernels. A second run takes seconds.
+//! Debian packages the tests and the image build use, and the guest kernels. A second run
+//! takes seconds.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -30,6 +31,30 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     (
         "prometheus",
         "the host systest runs every dashboard query through a real Prometheus (/usr/bin/prometheus, started by the test on a free port)",
+    ),
+];
+
+/// Debian packages the deploy tier needs to check `deploy/` (promtool comes with prometheus).
+const DEPLOY_PACKAGES: &[(&str, &str)] = &[
+    (
+        "prometheus",
+        "promtool checks the alert rules and runs their unit tests",
+    ),
+    (
+        "python3-venv",
+        "the private virtualenv kubernetes-validate (Kubernetes' schemas) is installed into",
+    ),
+];
+
+/// Debian packages `cargo xtask image` needs: an OCI image built and run without a Docker engine.
+const IMAGE_PACKAGES: &[(&str, &str)] = &[
+    (
+        "umoci",
+        "builds qosd's OCI image (layout, layer, configuration) without a Docker engine",
+    ),
+    (
+        "runc",
+        "runs `qosd --help` and `qosd --version` inside the built image to verify it",
     ),
 ];
 
@@ -92,10 +117,25 @@ pub(crate) fn bench_tools() -> Result<Toolchain> {
     Ok(toolchain)
 }
 
+/// Installs what the deploy tier's manifest and rule checks need (Debian packages only; the
+/// deploy check installs kubernetes-validate from PyPI itself, where a failure is a skip).
+pub(crate) fn deploy_tools() -> Result<()> {
+    ensure_packages(DEPLOY_PACKAGES)
+}
+
+/// Installs what `cargo xtask image` needs: build tools, umoci and runc.
+pub(crate) fn image_tools() -> Result<Toolchain> {
+    let toolchain = build_tools()?;
+    ensure_packages(IMAGE_PACKAGES)?;
+    Ok(toolchain)
+}
+
 /// Installs everything: build tools, Debian packages, guest kernels.
 pub(crate) fn all() -> Result<Toolchain> {
     let toolchain = build_tools()?;
     ensure_packages(TEST_PACKAGES)?;
+    ensure_packages(DEPLOY_PACKAGES)?;
+    ensure_packages(IMAGE_PACKAGES)?;
     let kernels = vm::ensure_kernels(&toolchain.cache)?;
     for k in &kernels {
         println!(

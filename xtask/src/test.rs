@@ -2,8 +2,10 @@
 //!
 //! 1. lint: `cargo fmt --check`; clippy `-D warnings` on user space and on the eBPF crate.
 //! 2. unit: `cargo test` of every package that needs no privileges.
-//! 3. host: `qosd-systests` on this machine (needs root; reported as skipped otherwise).
-//! 4. vm: `qosd-systests` inside each guest kernel (5.10, 6.1, 6.12; cgroup v2, 2 NUMA nodes).
+//! 3. deploy: `deploy/` against Kubernetes' schemas, the alert rules through promtool, and the
+//!    OCI image built and run (a release build; see [`crate::deploy_check`]).
+//! 4. host: `qosd-systests` on this machine (needs root; reported as skipped otherwise).
+//! 5. vm: `qosd-systests` inside each guest kernel (5.10, 6.1, 6.12; cgroup v2, 2 NUMA nodes).
 //!
 //! The binaries are built once (dev profile, shared with the unit tier's build) and the same
 //! eBPF object runs on the host and in every guest. The last line is
@@ -29,6 +31,9 @@ pub(crate) struct TestArgs {
     /// Skip the VM tier.
     #[arg(long)]
     pub no_vm: bool,
+    /// Leave the image build (a release build, a few minutes) out of the deploy tier.
+    #[arg(long)]
+    pub no_image: bool,
 }
 
 /// One row of the summary.
@@ -72,6 +77,7 @@ pub(crate) fn run(args: TestArgs) -> Result<()> {
         results.push(lint(&toolchain));
     }
     results.push(unit(&toolchain));
+    results.push(deploy(!args.no_image));
 
     let built = build_test_binaries(&toolchain);
     match &built {
@@ -230,6 +236,27 @@ fn unit(toolchain: &Toolchain) -> TierResult {
         },
         took: started.elapsed(),
         note,
+    }
+}
+
+fn deploy(with_image: bool) -> TierResult {
+    let started = Instant::now();
+    println!(
+        "\n== deploy: manifests, alert rules{}",
+        if with_image { ", image" } else { "" }
+    );
+    let report = crate::deploy_check::run(with_image);
+    TierResult {
+        tier: "deploy",
+        target: "deploy/: schemas, promtool, image".into(),
+        counts: CaseCounts {
+            passed: report.passed,
+            failed: report.failed,
+            skipped: report.skipped,
+            failures: report.failures,
+        },
+        took: started.elapsed(),
+        note: report.note,
     }
 }
 
@@ -505,7 +532,7 @@ fn host_layout() -> &'static str {
 fn print_summary(results: &[TierResult], total: Duration) {
     println!("\n== qosd test summary ==");
     println!(
-        "{:<5} {:<42} {:>6} {:>6} {:>7} {:>7}",
+        "{:<6} {:<42} {:>6} {:>6} {:>7} {:>7}",
         "tier", "target", "passed", "failed", "skipped", "time"
     );
     for r in results {
@@ -518,7 +545,7 @@ fn print_summary(results: &[TierResult], total: Duration) {
             "ok"
         };
         println!(
-            "{:<5} {:<42} {:>6} {:>6} {:>7} {:>6}s  {verdict}{}",
+            "{:<6} {:<42} {:>6} {:>6} {:>7} {:>6}s  {verdict}{}",
             r.tier,
             r.target,
             c.passed,

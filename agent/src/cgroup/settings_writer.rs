@@ -1,9 +1,10 @@
-//! A writer confined to a few settings of cgroups that exist: what qosd holds beside kubelet,
-//! where kubelet and the container runtime own the cgroups and their values. It may update
-//! only the settings it was built with (the feedback's: CFS burst, `cpu.idle`, the BestEffort
-//! tier's quota, `cpuset.mems`), and refuses everything else (creating, removing, moving or
-//! killing, any other setting) with [`CgroupError::NotPermitted`], so that "never correct
-//! kubelet's own values" holds by construction, not by care.
+//! A writer confined to some settings of some cgroups that exist: what qosd holds beside
+//! kubelet, where kubelet and the container runtime own the cgroups and their values. It may
+//! update only what its rule allows (beside kubelet: the feedback's CFS burst and `cpuset.mems`
+//! of containers, the BestEffort tier's quota and `cpu.idle`), and refuses everything else
+//! (creating, removing, moving or killing, any other setting or cgroup) with
+//! [`CgroupError::NotPermitted`], so that "never correct kubelet's own values" holds by
+//! construction, not by care.
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -15,20 +16,27 @@ use super::files::{CgroupVersion, Controller, Setting};
 use super::name::CgroupName;
 use super::resources::ResourceConfig;
 
-/// A backend's write side narrowed to `allowed` settings of existing cgroups.
+/// Which settings of which cgroup may be written.
+pub type Rule = Box<dyn Fn(&CgroupName, Setting) -> bool + Send + Sync>;
+
+/// A backend's write side narrowed to what `rule` allows, of existing cgroups.
 pub struct SettingsOnlyWriter {
     inner: Box<dyn CgroupWriter>,
-    allowed: Vec<Setting>,
+    rule: Rule,
 }
 
 impl SettingsOnlyWriter {
-    /// `inner` may update only `allowed`.
+    /// `inner` may update only what `rule` allows.
     #[must_use]
-    pub fn new(inner: Box<dyn CgroupWriter>, allowed: &[Setting]) -> Self {
-        Self {
-            inner,
-            allowed: allowed.to_vec(),
-        }
+    pub fn new(inner: Box<dyn CgroupWriter>, rule: Rule) -> Self {
+        Self { inner, rule }
+    }
+
+    /// `inner` may update only `allowed`, of any cgroup.
+    #[must_use]
+    pub fn with_settings(inner: Box<dyn CgroupWriter>, allowed: &[Setting]) -> Self {
+        let allowed = allowed.to_vec();
+        Self::new(inner, Box::new(move |_, s| allowed.contains(&s)))
     }
 
     fn refuse(name: &CgroupName, what: &str) -> CgroupError {
@@ -120,7 +128,7 @@ impl CgroupWriter for SettingsOnlyWriter {
         if let Some(setting) = config
             .settings()
             .into_iter()
-            .find(|s| !self.allowed.contains(s))
+            .find(|s| !(self.rule)(name, *s))
         {
             return Err(Self::refuse(name, &format!("writing its {setting}")));
         }
@@ -179,8 +187,10 @@ mod tests {
             CgroupName::root(),
             NameStyle::Cgroupfs,
         );
-        let writer =
-            SettingsOnlyWriter::new(Box::new(backend), &[Setting::CpuBurst, Setting::CpuIdle]);
+        let writer = SettingsOnlyWriter::with_settings(
+            Box::new(backend),
+            &[Setting::CpuBurst, Setting::CpuIdle],
+        );
         let ctr = CgroupName::new(["kubepods", "burstable", "podx", "ctr"]).expect("name");
 
         let burst = ResourceConfig {

@@ -131,6 +131,26 @@ pub struct CgroupLimits {
     pub hugepages: BTreeMap<u64, i64>,
 }
 
+impl CgroupLimits {
+    /// The cgroup values of these limits (kubelet writes `MilliCPUToShares` of the CPU).
+    #[must_use]
+    pub fn to_resource_config(&self) -> crate::cgroup::resources::ResourceConfig {
+        use crate::cgroup::resources::{Limit, ResourceConfig, milli_cpu_to_shares};
+        ResourceConfig {
+            cpu_shares: self.milli_cpu.map(milli_cpu_to_shares),
+            memory_limit: self.memory_bytes.map(Limit::from_signed),
+            memory_min: self.memory_min_bytes.and_then(|m| u64::try_from(m).ok()),
+            pids_limit: self.pids.map(Limit::from_signed),
+            hugetlb_limits: self
+                .hugepages
+                .iter()
+                .map(|(size, bytes)| (*size, Limit::from_signed(*bytes)))
+                .collect(),
+            ..ResourceConfig::default()
+        }
+    }
+}
+
 /// A reserved cgroup and the limits it is held to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReservedCgroupLimits {

@@ -33,6 +33,45 @@ pub(super) struct Watched {
     pub mems_pinned: bool,
 }
 
+/// Moves the pages of every process in `cgroup` onto `mems` (a single node of `nodes`), for
+/// kernels whose cgroup v2 does not migrate them on a `cpuset.mems` change. The kernel copies
+/// the pages synchronously (seconds for gigabytes), so it happens on a thread of its own and the
+/// caller runs on.
+pub(super) fn move_memory(
+    reader: &dyn CgroupReader,
+    cgroup: &CgroupName,
+    mems: &CpuSet,
+    nodes: &std::collections::BTreeSet<u32>,
+) {
+    let Some(to) = mems.iter().next().filter(|_| mems.len() == 1) else {
+        return;
+    };
+    let pids = match reader.pids(cgroup) {
+        Ok(pids) => pids,
+        Err(e) => {
+            tracing::warn!(cgroup = %cgroup, error = %e, "listing processes to move their memory");
+            return;
+        }
+    };
+    let nodes = nodes.clone();
+    let cgroup_name = cgroup.to_string();
+    let moved = std::thread::Builder::new()
+        .name("numa-migrate".into())
+        .spawn(move || {
+            for pid in pids {
+                match crate::numa::migrate::move_pages_to(pid, to, &nodes) {
+                    Ok(left) => {
+                        tracing::info!(cgroup = %cgroup_name, pid, node = to, pages_left = left, "memory moved");
+                    }
+                    Err(e) => tracing::warn!(cgroup = %cgroup_name, pid, error = %e, "moving memory"),
+                }
+            }
+        });
+    if let Err(e) = moved {
+        tracing::warn!(cgroup = %cgroup, error = %e, "starting the memory mover");
+    }
+}
+
 /// The CFS quota and period of a container's config, when it has a CPU limit.
 pub(super) fn cfs_limit(config: &ResourceConfig) -> Option<CfsLimit> {
     match config.cpu_quota {
@@ -110,6 +149,36 @@ impl FeedbackLoop {
             numa_nodes,
             tier_unreadable: false,
         }
+    }
+
+    /// The feedback over the cgroups below `kubepods` (whose files say what the kernel allows),
+    /// with NUMA realignment on the machine's `layout` and BestEffort suppression from the
+    /// run-queue probe's `preemptions` when they are given; also the machine's NUMA nodes.
+    pub(super) fn enable(
+        cgroups: &dyn CgroupReader,
+        kubepods: &CgroupName,
+        config: crate::feedback::FeedbackConfig,
+        layout: Option<crate::numa::NodeLayout>,
+        preemptions: Option<Box<dyn PreemptionSource>>,
+        metrics: Option<crate::feedback::FeedbackMetrics>,
+        index: WorkloadIndex,
+    ) -> (Self, std::collections::BTreeSet<u32>) {
+        let caps = capabilities(cgroups, kubepods);
+        tracing::info!(
+            mode = ?config.mode,
+            period = ?config.period,
+            cpu_burst = caps.cpu_burst,
+            cpu_idle = caps.cpu_idle,
+            numa_layout = layout.is_some(),
+            preemptions = preemptions.is_some(),
+            "feedback enabled"
+        );
+        let nodes = layout
+            .as_ref()
+            .map(crate::numa::NodeLayout::nodes)
+            .unwrap_or_default();
+        let feedback = Feedback::new(config, caps, layout, metrics);
+        (Self::new(feedback, preemptions, index, nodes.len()), nodes)
     }
 
     /// Whether a snapshot is due at `now`.
@@ -294,6 +363,11 @@ impl FeedbackLoop {
             Some(over) => config.overlaid(over),
             None => config,
         }
+    }
+
+    /// The interventions in force (none in dry-run mode).
+    pub(super) fn overrides(&self) -> &Overrides {
+        &self.overrides
     }
 
     /// The decisions so far, for `qosd inspect`.

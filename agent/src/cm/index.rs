@@ -48,6 +48,13 @@ impl WorkloadIndex {
         }
     }
 
+    /// Replaces everything indexed with `entries` (a complete new view of the cgroups).
+    pub fn replace_all(&self, entries: HashMap<u64, Workload>) {
+        if let Ok(mut map) = self.inner.write() {
+            *map = entries;
+        }
+    }
+
     /// Number of indexed cgroups.
     #[must_use]
     pub fn len(&self) -> usize {

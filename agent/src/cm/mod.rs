@@ -1,6 +1,7 @@
 //! The container manager: QoS tiers, node allocatable, admission, pod lifecycle, reconcile.
 pub mod admission;
 pub mod allocatable;
+pub mod beside_kubelet;
 pub mod capacity;
 pub mod checkpoint;
 pub mod cpu;

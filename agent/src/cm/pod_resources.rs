@@ -31,6 +31,20 @@ impl Default for PodCgroupPolicy {
     }
 }
 
+impl PodCgroupPolicy {
+    /// The policy of a KubeletConfiguration; MemoryQoS applies on cgroup v2 only (`v2`).
+    #[must_use]
+    pub fn from_kubelet(config: &crate::config::kubelet::KubeletConfiguration, v2: bool) -> Self {
+        Self {
+            enforce_cpu_limits: config.cpu_cfs_quota,
+            cpu_period_us: u64::try_from(config.cpu_cfs_quota_period.as_micros())
+                .unwrap_or(100_000),
+            memory_qos: config.memory_qos() && v2,
+            pod_pids_limit: config.pod_pids_limit,
+        }
+    }
+}
+
 const CPU: &str = "cpu";
 const MEMORY: &str = "memory";
 

@@ -2,6 +2,7 @@
 pub(crate) mod cgroups;
 pub(crate) mod cpu_time;
 pub(crate) mod feedback;
+pub(crate) mod kubernetes;
 pub(crate) mod lifecycle;
 pub(crate) mod numa;
 pub(crate) mod pods;
@@ -138,6 +139,10 @@ pub(crate) fn all() -> Vec<Case> {
         Case {
             name: "dashboard_queries_answer_from_a_real_prometheus",
             run: prometheus::dashboard_queries_answer,
+        },
+        Case {
+            name: "beside_kubelet_with_containerd",
+            run: kubernetes::beside_kubelet,
         },
     ]
 }

@@ -4,11 +4,13 @@
 //! process (`/usr/bin/prometheus`, installed by `cargo xtask setup`) with its temporary
 //! configuration and storage, killed and removed on every path by [`Prometheus`]'s `Drop`, a
 //! client for Prometheus's HTTP API, and the substitution of the dashboards' template
-//! variables. Every panel target is run through `/api/v1/query`: each must parse, and each
-//! must return data unless it needs a probe qosd itself reports as `unavailable` in
-//! `qosd_probe_info` (those are listed, with the probe, in the result). End to end,
-//! Prometheus's `sum(qosd_pods)` must equal the pods admitted and a busy pod's CPU seconds must
-//! grow between two instant queries.
+//! variables. Every panel target of every dashboard (`qosd-node.json`, `qosd-cluster.json`, ...)
+//! is run through `/api/v1/query`: each must parse, and each must return data unless it needs a
+//! probe qosd itself reports as `unavailable` in `qosd_probe_info`, or a metric qosd exports only
+//! in Kubernetes mode ([`KUBERNETES_METRICS`]; qosd runs standalone here). Those are listed in
+//! the result, per dashboard, with the probe or the metric, and never counted as having data.
+//! End to end, Prometheus's `sum(qosd_pods)` must equal the pods admitted and a busy pod's CPU
+//! seconds must grow between two instant queries.
 //!
 //! The unit test `agent/tests/dashboards.rs` checks the same dashboards' metric names against
 //! the sources without root or Prometheus.
@@ -78,6 +80,19 @@ const PROBE_METRICS: &[(&str, &[&str])] = &[
         &["qosd_numa_page_allocations_total"],
     ),
     (numa::MIGRATION_PROBE, &["qosd_numa_task_migrations_total"]),
+];
+
+/// The metrics qosd exports only in Kubernetes mode (beside kubelet, with an API server or
+/// kubelet as pod source; `agent/src/cm/beside_kubelet/metrics.rs`). This case runs qosd
+/// standalone, so a query that needs one of them cannot have data here: it must still parse,
+/// and it is reported as needing Kubernetes mode, never as a pass. Every other query keeps the
+/// rule (data, or a probe qosd reports `unavailable`).
+const KUBERNETES_METRICS: &[&str] = &[
+    "qosd_kubelet_drift",
+    "qosd_unattributed_cgroups",
+    "qosd_pod_source_up",
+    "qosd_pod_source_errors_total",
+    "qosd_feedback_reverted_total",
 ];
 
 /// A pod the case admits: its name, the end of its uid, its resources (which make its QoS
@@ -414,6 +429,18 @@ fn probes_needed(expr: &str) -> Vec<&'static str> {
         .collect()
 }
 
+/// The [`KUBERNETES_METRICS`] a query uses.
+fn kubernetes_metrics_needed(expr: &str) -> Vec<&'static str> {
+    let words: Vec<&str> = expr
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .collect();
+    KUBERNETES_METRICS
+        .iter()
+        .filter(|m| words.contains(m))
+        .copied()
+        .collect()
+}
+
 fn check_dashboards(
     prometheus: &Prometheus,
     dashboards: &[Dashboard],
@@ -425,14 +452,22 @@ fn check_dashboards(
         .iter()
         .filter_map(|s| s["metric"]["probe"].as_str().map(str::to_owned))
         .collect();
+    // The Kubernetes-mode metrics this qosd (standalone) does not export at all: a query that
+    // needs one cannot have data here. One it does export is checked like any other.
+    let mut not_exported = Vec::new();
+    for metric in KUBERNETES_METRICS {
+        if prometheus.query(&format!("count({metric})"))?.is_empty() {
+            not_exported.push(*metric);
+        }
+    }
 
     let mut problems = Vec::new();
-    let mut excluded = Vec::new();
     let mut retried = Vec::new();
-    let (mut total, mut with_data) = (0, 0);
+    let mut tallies = Vec::new();
     for dashboard in dashboards {
+        let mut tally = Tally::default();
         for query in queries(dashboard)? {
-            total += 1;
+            tally.total += 1;
             let result = match prometheus.query(&query.expr) {
                 Ok(result) => result,
                 Err(e) => {
@@ -444,12 +479,24 @@ fn check_dashboards(
                 .into_iter()
                 .filter(|p| unavailable.iter().any(|u| u == p))
                 .collect();
+            let kubernetes: Vec<&str> = kubernetes_metrics_needed(&query.expr)
+                .into_iter()
+                .filter(|m| not_exported.contains(m))
+                .collect();
             if !missing.is_empty() {
-                excluded.push(format!(
+                tally.excluded.push(format!(
                     "{} (needs probe {}, unavailable per qosd_probe_info; {} series)",
                     query.place,
                     missing.join(", "),
                     result.len()
+                ));
+            } else if !kubernetes.is_empty() && result.is_empty() {
+                // Parsed, and cannot have data: qosd runs standalone here (a manifest
+                // directory, no API server, no kubelet). Not a pass.
+                tally.needs_kubernetes.push(format!(
+                    "{} (needs Kubernetes mode: {})",
+                    query.place,
+                    kubernetes.join(", ")
                 ));
             } else if result.is_empty() {
                 // Prometheus marks every series stale when one scrape fails (a scrape over the
@@ -459,7 +506,7 @@ fn check_dashboards(
                 std::thread::sleep(Duration::from_millis(2500));
                 match prometheus.query(&query.expr) {
                     Ok(again) if !again.is_empty() => {
-                        with_data += 1;
+                        tally.with_data += 1;
                         retried.push(format!("{} (target then: {scrape})", query.place));
                     }
                     _ => problems.push(format!(
@@ -468,9 +515,10 @@ fn check_dashboards(
                     )),
                 }
             } else {
-                with_data += 1;
+                tally.with_data += 1;
             }
         }
+        tallies.push((dashboard.file.as_str(), tally));
     }
 
     // End to end: the pod count, and a busy pod's CPU seconds moving between two queries.
@@ -492,6 +540,7 @@ fn check_dashboards(
         ));
     }
 
+    let total: usize = tallies.iter().map(|(_, t)| t.total).sum();
     if !problems.is_empty() {
         return Err(format!(
             "{} of {total} queries failed:\n{}",
@@ -499,11 +548,11 @@ fn check_dashboards(
             problems.join("\n")
         ));
     }
-    let excluded_text = if excluded.is_empty() {
-        "none".to_owned()
-    } else {
-        excluded.join("; ")
-    };
+    let with_data: usize = tallies.iter().map(|(_, t)| t.with_data).sum();
+    let per_dashboard: Vec<String> = tallies
+        .iter()
+        .map(|(file, tally)| format!("{file}: {}", tally.report()))
+        .collect();
     let retried_text = if retried.is_empty() {
         String::new()
     } else {
@@ -514,9 +563,9 @@ fn check_dashboards(
         )
     };
     let summary = format!(
-        "{total} queries from {} dashboard(s) parsed; {with_data} returned data{retried_text}; excluded on this host ({}): {excluded_text}; sum(qosd_pods) = {pods} as admitted; {BUSY_POD} CPU {before:.3} s -> {after:.3} s",
+        "{total} queries from {} dashboard(s) parsed; {with_data} returned data{retried_text}; {}; sum(qosd_pods) = {pods} as admitted; {BUSY_POD} CPU {before:.3} s -> {after:.3} s",
         dashboards.len(),
-        excluded.len(),
+        per_dashboard.join("; "),
     );
     if with_data == 0 {
         return Ok(Outcome::Skip(format!(
@@ -524,6 +573,38 @@ fn check_dashboards(
         )));
     }
     Ok(Outcome::Pass(summary))
+}
+
+/// What became of one dashboard's queries (every one parsed, or the case failed).
+#[derive(Default)]
+struct Tally {
+    total: usize,
+    with_data: usize,
+    /// Queries that need a probe qosd reports `unavailable`, with the probe.
+    excluded: Vec<String>,
+    /// Queries that need a [`KUBERNETES_METRICS`] metric qosd does not export standalone.
+    needs_kubernetes: Vec<String>,
+}
+
+impl Tally {
+    fn report(&self) -> String {
+        let list = |items: &[String]| {
+            if items.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", items.join("; "))
+            }
+        };
+        format!(
+            "{} queries, {} with data, {} excluded on this host{}, {} not checked for data, needing Kubernetes mode{}",
+            self.total,
+            self.with_data,
+            self.excluded.len(),
+            list(&self.excluded),
+            self.needs_kubernetes.len(),
+            list(&self.needs_kubernetes),
+        )
+    }
 }
 
 /// A Prometheus child process scraping one target every second, with its configuration and
@@ -787,6 +868,27 @@ mod tests {
             [cpu_time::PROBE_NAME, numa::HINT_FAULT_PROBE]
         );
         assert!(probes_needed("sum(qosd_pods)").is_empty());
+    }
+
+    #[test]
+    fn kubernetes_metrics_needed_matches_whole_names_only() {
+        assert_eq!(
+            kubernetes_metrics_needed(
+                "sum by (instance, level, file) (qosd_kubelet_drift{instance=~\".+\"})"
+            ),
+            ["qosd_kubelet_drift"]
+        );
+        assert_eq!(
+            kubernetes_metrics_needed(
+                "sum(rate(qosd_pod_source_errors_total[5s])) + sum(qosd_pod_source_up)"
+            ),
+            ["qosd_pod_source_up", "qosd_pod_source_errors_total"]
+        );
+        assert!(kubernetes_metrics_needed("sum by (qos_class) (qosd_pods)").is_empty());
+        assert!(
+            kubernetes_metrics_needed("sum(increase(qosd_feedback_decisions_total[1m]))")
+                .is_empty()
+        );
     }
 
     #[test]

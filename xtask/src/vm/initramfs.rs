@@ -89,7 +89,8 @@ fn install_busybox(root: &Path) -> Result<()> {
 }
 
 /// Copies `host` to `guest` in the tree, plus its shared libraries when it is dynamically linked.
-fn install_with_libraries(root: &Path, host: &Path, guest: &str) -> Result<()> {
+/// Also builds the root file system of `cargo xtask image`.
+pub(crate) fn install_with_libraries(root: &Path, host: &Path, guest: &str) -> Result<()> {
     install_file(root, host, guest)?;
     for library in shared_libraries(host)? {
         let guest_library = library.to_string_lossy().into_owned();

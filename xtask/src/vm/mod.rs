@@ -7,7 +7,8 @@
 //! - [`kernels`]: fetching Debian cloud kernels (5.10, 6.1, 6.12) into the cache with a private
 //!   apt setup, and reading a kernel image's release string;
 //! - [`initramfs`]: the guest's root file system (busybox, `/init`, payload files and their
-//!   shared libraries) packed as a newc cpio archive;
+//!   shared libraries) packed as a newc cpio archive (copying a program with its shared
+//!   libraries also serves `cargo xtask image`);
 //! - [`qemu`]: booting the guest under TCG with two NUMA nodes, capturing the serial console and
 //!   classifying how the run ended.
 //!
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+pub(crate) use initramfs::install_with_libraries;
 pub(crate) use kernels::ensure_kernels;
 
 /// Environment variable that overrides the cache directory.

@@ -6,7 +6,7 @@ use crate::cgroup::cpuset::CpuSet;
 use crate::cgroup::name::CgroupName;
 use crate::cm::feedback_loop::{self, FeedbackLoop, Watched};
 use crate::cm::pod_resources::container_config;
-use crate::feedback::{Feedback, FeedbackConfig, FeedbackMetrics, PreemptionSource};
+use crate::feedback::{FeedbackConfig, FeedbackMetrics, PreemptionSource};
 use crate::numa::NodeLayout;
 
 use super::ContainerManager;
@@ -23,24 +23,17 @@ impl ContainerManager {
         preemptions: Option<Box<dyn PreemptionSource>>,
         metrics: Option<FeedbackMetrics>,
     ) {
-        let caps = feedback_loop::capabilities(self.reader(), &self.tiers.kubepods);
-        tracing::info!(
-            mode = ?config.mode,
-            period = ?config.period,
-            cpu_burst = caps.cpu_burst,
-            cpu_idle = caps.cpu_idle,
-            numa_layout = layout.is_some(),
-            preemptions = preemptions.is_some(),
-            "feedback enabled"
-        );
-        self.numa_nodes = layout.as_ref().map(NodeLayout::nodes).unwrap_or_default();
-        let policies = Feedback::new(config, caps, layout, metrics);
-        self.feedback = Some(FeedbackLoop::new(
-            policies,
+        let (feedback, nodes) = FeedbackLoop::enable(
+            self.reader(),
+            &self.tiers.kubepods,
+            config,
+            layout,
             preemptions,
+            metrics,
             self.index.clone(),
-            self.numa_nodes.len(),
-        ));
+        );
+        self.numa_nodes = nodes;
+        self.feedback = Some(feedback);
     }
 
     /// Runs the feedback when a snapshot is due; changed overrides are written at once.
@@ -72,38 +65,10 @@ impl ContainerManager {
         }
     }
 
-    /// Moves the pages of every process in `cgroup` onto `mems` (a single node), for kernels
-    /// whose cgroup v2 does not migrate them on a `cpuset.mems` change. The kernel copies the
-    /// pages synchronously (seconds for gigabytes), so it happens on a thread of its own and
-    /// the manager runs on.
+    /// Moves the pages of every process in `cgroup` onto `mems` (see
+    /// [`feedback_loop::move_memory`]).
     pub(super) fn move_memory(&self, cgroup: &CgroupName, mems: &CpuSet) {
-        let Some(to) = mems.iter().next().filter(|_| mems.len() == 1) else {
-            return;
-        };
-        let pids = match self.cgroups.pids(cgroup) {
-            Ok(pids) => pids,
-            Err(e) => {
-                tracing::warn!(cgroup = %cgroup, error = %e, "listing processes to move their memory");
-                return;
-            }
-        };
-        let nodes = self.numa_nodes.clone();
-        let cgroup_name = cgroup.to_string();
-        let moved = std::thread::Builder::new()
-            .name("numa-migrate".into())
-            .spawn(move || {
-                for pid in pids {
-                    match crate::numa::migrate::move_pages_to(pid, to, &nodes) {
-                        Ok(left) => {
-                            tracing::info!(cgroup = %cgroup_name, pid, node = to, pages_left = left, "memory moved");
-                        }
-                        Err(e) => tracing::warn!(cgroup = %cgroup_name, pid, error = %e, "moving memory"),
-                    }
-                }
-            });
-        if let Err(e) = moved {
-            tracing::warn!(cgroup = %cgroup, error = %e, "starting the memory mover");
-        }
+        feedback_loop::move_memory(self.reader(), cgroup, mems, &self.numa_nodes);
     }
 
     /// The running containers the feedback watches and would read something of (see

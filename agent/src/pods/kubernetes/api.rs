@@ -58,8 +58,13 @@ pub fn start(
     )
 }
 
+/// While the API server does not answer, how often it is asked for its version (a request
+/// every authenticated client may make): the watch's own retries back off up to 30 s and say
+/// nothing when they succeed without news.
+const PROBE_WHILE_DOWN: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn watch(client: Client, node: String, describe: String, sender: Sender<SourceMessage>) {
-    let api: Api<DynamicObject> = Api::all_with(client, &pods());
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &pods());
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let origin = Origin::ApiServer { node };
     let mut stream = std::pin::pin!(watcher::watcher(api, config).default_backoff());
@@ -73,7 +78,25 @@ async fn watch(client: Client, node: String, describe: String, sender: Sender<So
             error,
         })
     };
-    while let Some(item) = stream.next().await {
+    let mut down = false;
+    let mut probe = tokio::time::interval(PROBE_WHILE_DOWN);
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            _ = probe.tick(), if down => {
+                if client.apiserver_version().await.is_ok() {
+                    down = false;
+                    if !send(SourceMessage::Reachable(true)) {
+                        return;
+                    }
+                }
+                continue;
+            }
+        };
+        let Some(item) = item else {
+            return;
+        };
+        down = item.is_err();
         let delivered = match item {
             Ok(Event::Init) => {
                 listing = Some((Vec::new(), Vec::new()));

@@ -21,8 +21,6 @@ use super::source::{Origin, PodEvent, PodSource, PodSourceError, SourcedPod};
 pub mod api;
 pub mod client;
 pub mod decode;
-#[cfg(any(test, feature = "testing"))]
-pub mod fake_server;
 pub mod kubelet;
 
 pub use decode::DecodeError;

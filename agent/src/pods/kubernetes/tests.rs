@@ -1,11 +1,11 @@
 //! The Kubernetes pod sources against the played API server and kubelet
-//! ([`super::fake_server`]), over real HTTP with kube-rs.
+//! (the `fake-kubernetes` crate), over real HTTP with kube-rs.
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::fake_server::{FakeKubernetes, PATIENCE, pod_object};
 use super::*;
+use fake_kubernetes::{FakeKubernetes, PATIENCE, pod_object};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

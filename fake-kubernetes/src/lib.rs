@@ -1,6 +1,7 @@
-//! A Kubernetes API server and kubelet `/pods` endpoint played for tests, speaking the real
-//! wire format (no kube-apiserver or kubelet can run on the development machine; see
-//! docs/architecture.md):
+//! A Kubernetes API server and kubelet `/pods` endpoint played for qosd's tests (the agent's
+//! unit tests and the system tests), speaking the real wire format: no kube-apiserver or
+//! kubelet can run on the development machine (see docs/architecture.md), so this is what the
+//! Kubernetes pod sources are tested against, beside a real containerd:
 //!
 //! - `GET /api/v1/pods?fieldSelector=spec.nodeName=N[&limit=..]`: a `PodList` with
 //!   `metadata.resourceVersion`, each item with its own;
@@ -10,6 +11,7 @@
 //!   history (after [`FakeKubernetes::expire_history`]) a single `ERROR` event with the
 //!   `Status` 410 Gone / `Expired` the API server sends, after which a client must relist;
 //! - `GET /pods`: kubelet's `PodList` of every pod (optionally behind a bearer token);
+//! - `GET /version`: the server's version (what clients ask to see it is up);
 //! - [`FakeKubernetes::set_available`]`(false)`: every request gets 503 and open watches
 //!   end, as when the API server is restarting.
 //!
@@ -294,6 +296,11 @@ fn handle(state: &Mutex<State>, request: &Request<Incoming>) -> Response<Body> {
                 )
             }
         }
+        "/version" => json_response(
+            StatusCode::OK,
+            &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake-kubernetes",
+                    "platform": "linux/amd64"}),
+        ),
         "/pods" => {
             state.kubelet_gets += 1;
             if let Some(token) = &state.kubelet_token {
