@@ -75,6 +75,9 @@ pub struct KubernetesOptions {
     pub cgroup_root: Option<String>,
     /// How often kubelet's values and the interventions are checked.
     pub reconcile_period: Duration,
+    /// Where kubelet's values under the feedback's interventions are recorded (see
+    /// [`crate::cm::beside_kubelet::interventions::RECORD_FILE`]).
+    pub state_dir: PathBuf,
     pub feedback: FeedbackConfig,
 }
 
@@ -211,6 +214,7 @@ impl KubernetesMode {
                 view,
                 tiers,
                 id_root,
+                state_dir: Some(options.state_dir.clone()),
             },
             trees,
             index,

@@ -179,9 +179,11 @@ struct RunArgs {
     /// Where container stdout/stderr go, one file per container (standalone).
     #[arg(long, default_value = "/var/log/qosd/containers")]
     container_log_dir: PathBuf,
-    /// Where the CPU and memory managers keep their checkpoints (cpu_manager_state,
-    /// memory_manager_state, in kubelet's format; standalone). A kubelet root directory
-    /// (/var/lib/kubelet) lets qosd take over kubelet's assignments.
+    /// Where qosd keeps its state: standalone, the CPU and memory managers' checkpoints
+    /// (cpu_manager_state, memory_manager_state, in kubelet's format; a kubelet root directory
+    /// lets qosd take over kubelet's assignments); beside kubelet, kubelet's values under the
+    /// feedback's interventions (feedback_interventions.json), put back by the next qosd if
+    /// this one is killed.
     #[arg(long, default_value = "/var/lib/qosd", env = "QOSD_STATE_DIR")]
     state_dir: PathBuf,
     /// What the measurements may change: `on` lets the feedback policies write (the
@@ -257,6 +259,7 @@ fn run_options(args: &RunArgs) -> Result<qosd::daemon::RunOptions, ArgsError> {
         }),
         cgroup_root: args.cgroup_root.clone(),
         reconcile_period: args.reconcile_period,
+        state_dir: args.state_dir.clone(),
         feedback: feedback(FeedbackMode::DryRun),
     };
     let mode = match pods {

@@ -400,7 +400,7 @@ fn run_in_bundle(bundle: &Path, config: &mut Value, arg: &str) -> Result<String>
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn umoci(args: &[&str], paths: &[&Path]) -> Result<()> {
+pub(crate) fn umoci(args: &[&str], paths: &[&Path]) -> Result<()> {
     let mut cmd = Command::new("umoci");
     cmd.args(args).args(paths);
     setup::run(&mut cmd).context("umoci (Debian's umoci package)")
@@ -417,7 +417,7 @@ fn write_json(path: &Path, value: &Value) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-fn reset_dir(dir: &Path) -> Result<()> {
+pub(crate) fn reset_dir(dir: &Path) -> Result<()> {
     if dir.exists() {
         std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }

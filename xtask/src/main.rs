@@ -15,6 +15,7 @@ mod procfs;
 mod run;
 mod setup;
 mod test;
+mod test_image;
 mod vm;
 
 use std::path::PathBuf;

@@ -15,12 +15,23 @@ const BUILD_PACKAGES: &[(&str, &str)] = &[
     ("libhwloc-dev", "hwlocality links against hwloc"),
     ("pkg-config", "hwlocality finds hwloc with it"),
     ("libudev-dev", "hwloc.pc lists -ludev for the link"),
+    (
+        "protobuf-compiler",
+        "protoc builds the CRI client (k8s-cri) the Kubernetes system case talks to containerd with",
+    ),
 ];
 
 /// Debian packages the test tiers need on top of the build's.
 const TEST_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86", "boots the guest kernels"),
-    ("busybox-static", "the guests' userland"),
+    (
+        "busybox-static",
+        "the guests' userland, and the test image containerd runs",
+    ),
+    (
+        "containerd",
+        "the Kubernetes case runs its pods with a real containerd (CRI) and imports the test image with ctr (host and guests)",
+    ),
     ("cpio", "packs the guests' initramfs"),
     ("binutils", "strips binaries for the initramfs"),
     ("curl", "the README's metrics example"),

@@ -268,10 +268,12 @@ fn count_before(line: &str, word: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// The binaries the privileged tiers run.
+/// The binaries the privileged tiers run, and the image the Kubernetes case has containerd
+/// run (`None`: it could not be built; the case then says so as a skip).
 struct TestBinaries {
     qosd: PathBuf,
     systests: PathBuf,
+    test_image: Option<PathBuf>,
 }
 
 fn build_test_binaries(toolchain: &Toolchain) -> Result<TestBinaries> {
@@ -280,9 +282,13 @@ fn build_test_binaries(toolchain: &Toolchain) -> Result<TestBinaries> {
     cmd.args(["build", "-p", "qosd", "-p", "qosd-systests"]);
     setup::run(&mut cmd)?;
     let dir = crate::target_dir().join("debug");
+    let test_image = crate::test_image::ensure(&toolchain.cache)
+        .inspect_err(|e| println!("test image not built ({e:#}); the Kubernetes case will skip"))
+        .ok();
     Ok(TestBinaries {
         qosd: dir.join("qosd"),
         systests: dir.join("qosd-systests"),
+        test_image,
     })
 }
 
@@ -296,6 +302,9 @@ fn host(bins: &TestBinaries) -> TierResult {
     println!("\n== host: {target}");
     let mut cmd = Command::new(&bins.systests);
     cmd.arg("--qosd").arg(&bins.qosd);
+    if let Some(image) = &bins.test_image {
+        cmd.env(crate::test_image::ENV, image);
+    }
     let (note, counts) = match tee(&mut cmd) {
         Ok((ok, out)) => {
             let mut counts = parse_results(&out);
@@ -347,13 +356,15 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
         let started = Instant::now();
         let target = format!("{} (v2, 4 vCPU, 2 NUMA)", kernel.release);
         println!("\n== vm: {target}");
-        let run = vm::run_in_guest(
-            kernel,
-            &payload,
-            "/bin/qosd-systests --qosd /bin/qosd",
-            GUEST_TIMEOUT,
-            &work,
-        );
+        let command = if bins.test_image.is_some() {
+            format!(
+                "{}={GUEST_TEST_IMAGE} /bin/qosd-systests --qosd /bin/qosd",
+                crate::test_image::ENV
+            )
+        } else {
+            "/bin/qosd-systests --qosd /bin/qosd".to_owned()
+        };
+        let run = vm::run_in_guest(kernel, &payload, &command, GUEST_TIMEOUT, &work);
         let result = match run {
             Ok(run) => {
                 print!("{}", run.output);
@@ -390,11 +401,21 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
 }
 
 /// Host programs the guest cases run, copied with their shared libraries (installed by setup).
-const GUEST_TOOLS: [(&str, &str); 3] = [
+const GUEST_TOOLS: [(&str, &str); 7] = [
     (
         "/usr/bin/numactl",
         "numactl: NUMA placement of the cross-NUMA workloads",
     ),
+    (
+        "/usr/bin/containerd",
+        "containerd: runs the Kubernetes case's pods (CRI)",
+    ),
+    (
+        "/usr/bin/containerd-shim-runc-v2",
+        "containerd: the shim between containerd and runc",
+    ),
+    ("/usr/bin/ctr", "containerd: imports the test image"),
+    ("/usr/sbin/runc", "runc: creates the test containers"),
     (
         "/usr/bin/migratepages",
         "numactl: moves a workload's memory away for the NUMA realignment case",
@@ -404,6 +425,9 @@ const GUEST_TOOLS: [(&str, &str); 3] = [
         "prometheus: runs every dashboard query against the guest's qosd",
     ),
 ];
+
+/// Where the guests find the test image (the Kubernetes case imports it into containerd).
+const GUEST_TEST_IMAGE: &str = "/usr/share/qosd/test-image.tar";
 
 /// Where the guests find the Grafana dashboards (the dashboard case reads them there).
 const GUEST_DASHBOARD_DIR: &str = "/usr/share/qosd/dashboards";
@@ -431,6 +455,9 @@ fn stripped_payload(bins: &TestBinaries, work: &Path) -> Result<Vec<(PathBuf, St
             bail!("{tool} is missing ({why}); `cargo xtask setup` installs it");
         }
         payload.push((PathBuf::from(tool), tool.to_owned()));
+    }
+    if let Some(image) = &bins.test_image {
+        payload.push((image.clone(), GUEST_TEST_IMAGE.to_owned()));
     }
     let dashboards = crate::workspace_root().join("dashboards");
     for entry in std::fs::read_dir(&dashboards)

@@ -59,9 +59,9 @@ const PODS: [TestPod; 3] = [
         container: "spikes",
         requests: &[("cpu", "50m")],
         limits: &[("cpu", "200m")],
-        // About 35 ms of CPU, then 300 ms asleep: above the 20 ms quota in its periods,
-        // about half the limit on average.
-        script: "while :; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 0.3; done",
+        // About 35 ms of CPU (SPIN_ITERATIONS, calibrated on this machine), then 300 ms
+        // asleep: above the 20 ms quota in its periods, about half the limit on average.
+        script: "while :; do i=0; while [ $i -lt SPIN_ITERATIONS ]; do i=$((i+1)); done; sleep 0.3; done",
     },
     TestPod {
         name: "idle",
@@ -72,6 +72,32 @@ const PODS: [TestPod; 3] = [
         script: "sleep 86400",
     },
 ];
+
+/// How many iterations of busybox's shell loop take about 35 ms here (emulated guests are
+/// many times slower than the host), measured with the same shell the container runs.
+fn spin_iterations() -> Result<u64, String> {
+    const PROBE: u64 = 20_000;
+    let started = std::time::Instant::now();
+    let status = std::process::Command::new("/bin/busybox")
+        .args([
+            "sh",
+            "-c",
+            &format!("i=0; while [ $i -lt {PROBE} ]; do i=$((i+1)); done"),
+        ])
+        .status()
+        .map_err(|e| format!("/bin/busybox (busybox-static): {e}"))?;
+    if !status.success() {
+        return Err(format!("busybox's calibration loop failed: {status}"));
+    }
+    let per_iteration = started.elapsed().as_secs_f64() / PROBE as f64;
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a positive iteration count, clamped"
+    )]
+    let iterations = (0.035 / per_iteration.max(1e-9)) as u64;
+    Ok(iterations.clamp(200, 1_000_000))
+}
 
 /// The case.
 pub(crate) fn beside_kubelet(ctx: &Context) -> Outcome {
@@ -135,6 +161,7 @@ fn run(ctx: &Context) -> Result<String, String> {
     }
 
     // containerd's part: sandboxes and containers through CRI.
+    let iterations = spin_iterations()?.to_string();
     let mut runtime = Containerd::start()?;
     let fake = FakeKubernetes::start().map_err(|e| e.to_string())?;
     let mut container_ids = Vec::new();
@@ -154,7 +181,7 @@ fn run(ctx: &Context) -> Result<String, String> {
                 },
                 &[ContainerSpec {
                     name: test.container,
-                    script: test.script,
+                    script: &test.script.replace("SPIN_ITERATIONS", &iterations),
                     cpu_shares: i64::try_from(resources.cpu_shares.unwrap_or(2)).unwrap_or(2),
                     cpu_quota: value(resources.cpu_quota),
                     cpu_period: i64::try_from(resources.cpu_period.unwrap_or(0)).unwrap_or(0),

@@ -5,6 +5,7 @@
 //! anyone) writing a file back while an intervention holds is seen at the next check, counted
 //! in `qosd_feedback_reverted_total{policy}` and written again.
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use crate::cgroup::CpuSet;
 use crate::cgroup::backend::{CgroupError, CgroupReader, CgroupWriter};
@@ -57,11 +58,178 @@ pub struct Reverted {
 #[derive(Debug, Default)]
 pub struct Interventions {
     in_force: BTreeMap<Target, InForce>,
-    /// kubelet's value of each setting an intervention holds, read before the first write.
-    originals: BTreeMap<(Target, Setting), ResourceConfig>,
+    /// kubelet's value of each setting an intervention holds, read before the first write:
+    /// as a config, and as the file's text (for the record).
+    originals: BTreeMap<(Target, Setting), Original>,
+    /// Where the originals are recorded (the state directory), so that a qosd that did not
+    /// stop cleanly has the next one put kubelet's values back; `None`: not recorded.
+    record: Option<PathBuf>,
+}
+
+/// kubelet's value of one setting.
+#[derive(Clone, Debug)]
+struct Original {
+    config: ResourceConfig,
+    text: String,
+    /// The cgroup's path in the driver's spelling.
+    cgroup: String,
+}
+
+/// The file of [`Interventions`]' record in the state directory.
+pub const RECORD_FILE: &str = "feedback_interventions.json";
+
+/// What the record holds: kubelet's value of every setting under an intervention.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Record {
+    entries: Vec<RecordEntry>,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordEntry {
+    /// The cgroup, in the driver's spelling (`/kubepods/burstable/pod<uid>/<id>`).
+    cgroup: String,
+    /// [`setting_key`].
+    setting: String,
+    /// The file's text before the intervention.
+    kubelet_value: String,
+}
+
+/// The record's name of a feedback setting.
+fn setting_key(setting: Setting) -> &'static str {
+    match setting {
+        Setting::CpuBurst => "cpu_burst",
+        Setting::CpuIdle => "cpu_idle",
+        Setting::CpuQuota => "cpu_quota",
+        Setting::CpusetMems => "cpuset_mems",
+        Setting::CpusetMemoryMigrate => "cpuset_memory_migrate",
+        _ => "other",
+    }
+}
+
+fn setting_of_key(key: &str) -> Option<Setting> {
+    [
+        Setting::CpuBurst,
+        Setting::CpuIdle,
+        Setting::CpuQuota,
+        Setting::CpusetMems,
+        Setting::CpusetMemoryMigrate,
+    ]
+    .into_iter()
+    .find(|s| setting_key(*s) == key)
+}
+
+/// Errors of the interventions: a cgroup that could not be read or written, or the record.
+#[derive(Debug, thiserror::Error)]
+pub enum InterventionError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a record of qosd's interventions: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: entry {index}: unknown setting {setting:?}")]
+    Setting {
+        path: PathBuf,
+        index: usize,
+        setting: String,
+    },
+    #[error(transparent)]
+    Write(#[from] crate::cm::checkpoint::CheckpointError),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
 }
 
 impl Interventions {
+    /// Interventions whose kubelet values are recorded in `state_dir` (see [`RECORD_FILE`]).
+    #[must_use]
+    pub fn recorded_in(state_dir: &Path) -> Self {
+        Self {
+            record: Some(state_dir.join(RECORD_FILE)),
+            ..Self::default()
+        }
+    }
+
+    /// Puts back kubelet's values an earlier qosd recorded and did not restore (it was killed
+    /// or crashed): every recorded setting of a cgroup that still exists gets kubelet's value
+    /// again (nothing is written where it already has it). Returns how many were written;
+    /// the record is emptied.
+    pub fn recover(&mut self, writer: &dyn CgroupWriter) -> Result<usize, InterventionError> {
+        let Some(path) = self.record.clone() else {
+            return Ok(0);
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(source) => return Err(InterventionError::Read { path, source }),
+        };
+        let record: Record =
+            serde_json::from_str(&text).map_err(|source| InterventionError::Parse {
+                path: path.clone(),
+                source,
+            })?;
+        let mut restored = 0;
+        for (index, entry) in record.entries.iter().enumerate() {
+            let setting =
+                setting_of_key(&entry.setting).ok_or_else(|| InterventionError::Setting {
+                    path: path.clone(),
+                    index,
+                    setting: entry.setting.clone(),
+                })?;
+            let cgroup = writer.cgroup_name(&entry.cgroup)?;
+            if !writer.exists(&cgroup)? {
+                continue;
+            }
+            let config = kubelet_value(setting, &entry.kubelet_value);
+            if writer.compare(&cgroup, &config)?.is_empty() {
+                continue;
+            }
+            writer.update(&cgroup, &config)?;
+            tracing::warn!(cgroup = %entry.cgroup, %setting, kubelet_value = %entry.kubelet_value, "an earlier qosd left an intervention: kubelet's value put back");
+            restored += 1;
+        }
+        self.save()?;
+        Ok(restored)
+    }
+
+    /// Writes the record (an empty one when nothing is in force).
+    fn save(&self) -> Result<(), InterventionError> {
+        let Some(path) = &self.record else {
+            return Ok(());
+        };
+        let record = Record {
+            entries: self
+                .originals
+                .iter()
+                .map(|((_, setting), original)| RecordEntry {
+                    cgroup: original.cgroup.clone(),
+                    setting: setting_key(*setting).to_owned(),
+                    kubelet_value: original.text.clone(),
+                })
+                .collect(),
+        };
+        let bytes =
+            serde_json::to_vec_pretty(&record).map_err(|source| InterventionError::Parse {
+                path: path.clone(),
+                source,
+            })?;
+        crate::cm::checkpoint::write_atomic(path, &bytes)?;
+        Ok(())
+    }
+
+    fn save_logged(&self) {
+        if let Err(e) = self.save() {
+            tracing::warn!(error = %e, "recording kubelet's values under the interventions; a qosd killed now would leave them");
+        }
+    }
+
     /// The interventions in force.
     #[must_use]
     pub fn in_force(&self) -> &BTreeMap<Target, InForce> {
@@ -76,7 +244,7 @@ impl Interventions {
         &mut self,
         writer: &dyn CgroupWriter,
         wanted: &BTreeMap<Target, InForce>,
-    ) -> Vec<(Target, CgroupError)> {
+    ) -> Vec<(Target, InterventionError)> {
         let mut errors = Vec::new();
         let targets: Vec<Target> = self
             .in_force
@@ -123,6 +291,7 @@ impl Interventions {
                 }
             }
         }
+        self.save_logged();
         errors
     }
 
@@ -134,12 +303,15 @@ impl Interventions {
         target: &Target,
         old: Option<&InForce>,
         new: &InForce,
-    ) -> Result<(), CgroupError> {
+    ) -> Result<(), InterventionError> {
         for setting in new.config.settings() {
             if let std::collections::btree_map::Entry::Vacant(slot) =
                 self.originals.entry((target.clone(), setting))
             {
                 slot.insert(original(writer, &new.cgroup, setting)?);
+                // Recorded before the intervention is written: a kill right after it still
+                // finds kubelet's value.
+                self.save()?;
             }
         }
         let mut config = new.config.clone();
@@ -148,11 +320,12 @@ impl Interventions {
                 if !new.config.settings().contains(&setting)
                     && let Some(original) = self.originals.remove(&(target.clone(), setting))
                 {
-                    config = config.overlaid(&original);
+                    config = config.overlaid(&original.config);
                 }
             }
         }
-        writer.update(&new.cgroup, &config).map(|_| ())
+        writer.update(&new.cgroup, &config)?;
+        Ok(())
     }
 
     /// Writes kubelet's values back under `old`.
@@ -161,11 +334,11 @@ impl Interventions {
         writer: &dyn CgroupWriter,
         target: &Target,
         old: &InForce,
-    ) -> Result<(), CgroupError> {
+    ) -> Result<(), InterventionError> {
         let mut config = ResourceConfig::default();
         for setting in old.config.settings() {
             if let Some(original) = self.originals.get(&(target.clone(), setting)) {
-                config = config.overlaid(original);
+                config = config.overlaid(&original.config);
             }
         }
         writer.update(&old.cgroup, &config)?;
@@ -181,7 +354,10 @@ impl Interventions {
     }
 
     /// Finds interventions written back (by kubelet or anyone) and writes them again.
-    pub fn check(&mut self, writer: &dyn CgroupWriter) -> (Reverted, Vec<(Target, CgroupError)>) {
+    pub fn check(
+        &mut self,
+        writer: &dyn CgroupWriter,
+    ) -> (Reverted, Vec<(Target, InterventionError)>) {
         let mut reverted = Reverted::default();
         let mut errors = Vec::new();
         let mut gone = Vec::new();
@@ -192,7 +368,7 @@ impl Interventions {
                     if writer.exists(&in_force.cgroup).is_ok_and(|exists| !exists) {
                         gone.push(target.clone());
                     } else {
-                        errors.push((target.clone(), e));
+                        errors.push((target.clone(), e.into()));
                     }
                     continue;
                 }
@@ -208,17 +384,20 @@ impl Interventions {
                         d.actual.unwrap_or_else(|| "(missing)".to_owned()),
                     )
                 })),
-                Err(e) => errors.push((target.clone(), e)),
+                Err(e) => errors.push((target.clone(), e.into())),
             }
         }
         for target in gone {
             self.forget(&target);
         }
+        if !errors.is_empty() || !reverted.rewritten.is_empty() {
+            self.save_logged();
+        }
         (reverted, errors)
     }
 
     /// Lifts every intervention (kubelet's values back), for shutdown.
-    pub fn restore_all(&mut self, writer: &dyn CgroupWriter) -> Vec<(Target, CgroupError)> {
+    pub fn restore_all(&mut self, writer: &dyn CgroupWriter) -> Vec<(Target, InterventionError)> {
         self.apply(writer, &BTreeMap::new())
     }
 }
@@ -228,11 +407,21 @@ fn original(
     reader: &dyn CgroupReader,
     cgroup: &CgroupName,
     setting: Setting,
-) -> Result<ResourceConfig, CgroupError> {
+) -> Result<Original, CgroupError> {
     let text = reader
         .setting(cgroup, setting)?
         .map(|(_, text)| text)
         .unwrap_or_default();
+    Ok(Original {
+        config: kubelet_value(setting, &text),
+        cgroup: reader.name(cgroup)?,
+        text,
+    })
+}
+
+/// The config that writes back `text`, a feedback setting's file content as kubelet (or the
+/// kernel's default) left it.
+fn kubelet_value(setting: Setting, text: &str) -> ResourceConfig {
     let mut config = ResourceConfig::default();
     match setting {
         // kubelet and the runtimes never set these: their value is the kernel's default.
@@ -246,10 +435,10 @@ fn original(
                 _ => Limit::Max,
             });
         }
-        Setting::CpusetMems => config.cpuset_mems = CpuSet::parse(&text).ok(),
+        Setting::CpusetMems => config.cpuset_mems = CpuSet::parse(text).ok(),
         Setting::CpusetMemoryMigrate => config.cpuset_memory_migrate = Some(text.trim() == "1"),
         // The writer refuses every other setting; reading it back would be a guess.
         _ => {}
     }
-    Ok(config)
+    config
 }

@@ -101,6 +101,9 @@ pub struct BesideKubeletOptions {
     /// Where the hierarchy whose directory inodes are the cgroup ids is mounted (the cpu
     /// hierarchy on v1, the unified one on v2): discovery reads its tree.
     pub id_root: PathBuf,
+    /// Where kubelet's values under the feedback's interventions are recorded, so that a qosd
+    /// killed before it could restore them has the next one do it; `None`: not recorded.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The manager beside kubelet.
@@ -137,6 +140,20 @@ impl BesideKubelet {
         index: WorkloadIndex,
         metrics: BesideKubeletMetrics,
     ) -> Self {
+        let mut interventions = match &options.state_dir {
+            Some(dir) => Interventions::recorded_in(dir),
+            None => Interventions::default(),
+        };
+        match interventions.recover(&*cgroups) {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                settings = n,
+                "kubelet's values put back under interventions an earlier qosd left"
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot put back what an earlier qosd's interventions changed");
+            }
+        }
         Self {
             cgroups,
             options,
@@ -152,7 +169,7 @@ impl BesideKubelet {
             placements: Placements::default(),
             placement_problems: Vec::new(),
             feedback: None,
-            interventions: Interventions::default(),
+            interventions,
             numa_nodes: BTreeSet::new(),
             source: (String::new(), None, false),
         }
@@ -340,7 +357,7 @@ impl BesideKubelet {
         }
         for (target, e) in errors {
             tracing::warn!(target = %target, error = %e, "checking a feedback intervention");
-            self.count_error(&e);
+            self.count_intervention_error(&e);
         }
     }
 
@@ -524,7 +541,18 @@ impl BesideKubelet {
         }
         for (target, e) in self.interventions.apply(&*self.cgroups, &wanted) {
             tracing::warn!(target = %target, error = %e, "writing a feedback intervention");
-            self.count_error(&e);
+            self.count_intervention_error(&e);
+        }
+    }
+
+    fn count_intervention_error(&self, error: &interventions::InterventionError) {
+        match error {
+            interventions::InterventionError::Cgroup(e) => self.count_error(e),
+            _ => self
+                .metrics
+                .write_errors
+                .with_label_values(&[interventions::RECORD_FILE])
+                .inc(),
         }
     }
 
@@ -544,7 +572,7 @@ impl BesideKubelet {
         let lifted = self.interventions.in_force().len();
         for (target, e) in self.interventions.restore_all(&*self.cgroups) {
             tracing::error!(target = %target, error = %e, "could not put kubelet's value back");
-            self.count_error(&e);
+            self.count_intervention_error(&e);
         }
         tracing::info!(
             interventions = lifted,

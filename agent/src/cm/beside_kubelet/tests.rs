@@ -148,6 +148,7 @@ fn manager(root: &Path) -> (BesideKubelet, BesideKubeletMetrics, WorkloadIndex) 
             },
             tiers,
             id_root: root.to_owned(),
+            state_dir: Some(root.join("state")),
         },
         Arc::new(CgroupTrees::new()),
         index.clone(),
@@ -462,5 +463,53 @@ fn only_the_feedbacks_settings_of_its_cgroups_can_be_written() {
     assert_eq!(
         read(root, &format!("{WEB}/cri-containerd-aaa.scope/cpu.max")),
         "20000 100000"
+    );
+}
+
+#[test]
+fn a_qosd_killed_under_an_intervention_has_the_next_one_put_kubelets_value_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    kubelet_tree(root);
+    let web = format!("{WEB}/cri-containerd-aaa.scope");
+    {
+        let (mut m, _, _) = manager(root);
+        feed(&mut m);
+        m.tick();
+        let mut config = FeedbackConfig::with_defaults(
+            Mode::On,
+            Duration::from_millis(1),
+            Duration::from_secs(600),
+        );
+        config.burst.windows = 2;
+        m.enable_feedback(config, None, None, None);
+        for window in 0..4u64 {
+            std::fs::write(
+                root.join(&web).join("cpu.stat"),
+                format!(
+                    "usage_usec 0\nnr_periods {}\nnr_throttled {}\nnr_bursts 0\n",
+                    50 * window,
+                    20 * window
+                ),
+            )
+            .expect("cpu.stat");
+            std::thread::sleep(Duration::from_millis(2));
+            m.tick();
+        }
+        assert_eq!(read(root, &format!("{web}/cpu.max.burst")), "20000");
+        let record = read(root, &format!("state/{}", interventions::RECORD_FILE));
+        assert!(record.contains("cri-containerd-aaa.scope"), "{record}");
+        // Killed: no shutdown.
+    }
+    let (_next, _, _) = manager(root);
+    assert_eq!(
+        read(root, &format!("{web}/cpu.max.burst")),
+        "0",
+        "the next qosd put kubelet's value back"
+    );
+    let record = read(root, &format!("state/{}", interventions::RECORD_FILE));
+    assert!(
+        !record.contains("cri-containerd"),
+        "the record is emptied: {record}"
     );
 }
