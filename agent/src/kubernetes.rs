@@ -282,6 +282,19 @@ fn detect_driver(id_root: &Path, root: &CgroupName) -> CgroupDriver {
     }
 }
 
+/// A pass of the manager's loop this long delays pod events: said at debug level, and as a
+/// warning past a second.
+fn report_slow_pass(took: Duration) {
+    if took >= Duration::from_secs(1) {
+        tracing::warn!(
+            took_ms = took.as_millis(),
+            "the manager's pass took over a second: pod events waited"
+        );
+    } else if took >= TICK {
+        tracing::debug!(took_ms = took.as_millis(), "slow manager pass");
+    }
+}
+
 fn run_loop(
     mut manager: BesideKubelet,
     mut source: Box<dyn PodSource>,
@@ -300,6 +313,7 @@ fn run_loop(
             Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {}
         }
+        let pass = Instant::now();
         let events = source.poll();
         for error in source.new_errors() {
             tracing::warn!(error = %error, "pod source");
@@ -327,6 +341,7 @@ fn run_loop(
             manager.reconcile();
             last_reconcile = Instant::now();
         }
+        report_slow_pass(pass.elapsed());
     }
     tracing::info!("stopping: kubelet's values back under every intervention");
     manager.shutdown();

@@ -36,6 +36,8 @@ type Body = BoxBody<Bytes, Infallible>;
 #[derive(Debug)]
 pub struct FakeKubernetes {
     addr: SocketAddr,
+    /// Served over https with a certificate this CA (PEM) signed, for `127.0.0.1`.
+    tls_ca: Option<String>,
     state: Arc<Mutex<State>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -66,8 +68,27 @@ struct Watch {
 }
 
 impl FakeKubernetes {
-    /// Starts serving on a free loopback port, on a thread of its own.
+    /// Starts serving http on a free loopback port, on a thread of its own.
     pub fn start() -> std::io::Result<Self> {
+        Self::start_with(None)
+    }
+
+    /// Starts serving https (as kubelet's authenticated port does): a test CA is made, and a
+    /// server certificate for `127.0.0.1` it signs; [`Self::ca_pem`] is what clients trust.
+    pub fn start_tls() -> std::io::Result<Self> {
+        let (ca_pem, config) = tls_config().map_err(std::io::Error::other)?;
+        let mut fake = Self::start_with(Some(Arc::new(config)))?;
+        fake.tls_ca = Some(ca_pem);
+        Ok(fake)
+    }
+
+    /// The CA that signed the server's certificate (https only).
+    #[must_use]
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls_ca.as_deref()
+    }
+
+    fn start_with(tls: Option<Arc<rustls::ServerConfig>>) -> std::io::Result<Self> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -79,19 +100,25 @@ impl FakeKubernetes {
             .build()?;
         let thread = std::thread::Builder::new()
             .name("fake-kubernetes".into())
-            .spawn(move || runtime.block_on(serve(listener, served, stopped)))?;
+            .spawn(move || runtime.block_on(serve(listener, served, stopped, tls)))?;
         Ok(Self {
             addr,
+            tls_ca: None,
             state,
             stop: Some(stop),
             thread: Some(thread),
         })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://` when serving TLS.
     #[must_use]
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// A kubeconfig file content pointing at this server (no authentication).
@@ -230,11 +257,49 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
            "message": message, "reason": reason, "code": code})
 }
 
+/// A CA and a server configuration whose certificate (for 127.0.0.1 and localhost) it signed.
+fn tls_config() -> Result<(String, rustls::ServerConfig), Box<dyn std::error::Error + Send + Sync>>
+{
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "fake-kubernetes test CA");
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()])?;
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress(std::net::IpAddr::V4(
+            std::net::Ipv4Addr::LOCALHOST,
+        )));
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "fake kubelet");
+    let server_cert = params.signed_by(&server_key, &issuer)?;
+    let key = rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der())?;
+    #[expect(
+        deprecated,
+        reason = "ring is the provider qosd's client (kube-rs, feature `ring`) uses; the played server matches it"
+    )]
+    let provider = rustls::crypto::ring::default_provider();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(vec![server_cert.der().clone()], key)?;
+    Ok((ca_cert.pem(), config))
+}
+
 async fn serve(
     listener: std::net::TcpListener,
     state: Arc<Mutex<State>>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
     };
@@ -247,14 +312,28 @@ async fn serve(
             continue;
         };
         let state = Arc::clone(&state);
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let state = Arc::clone(&state);
                 async move { Ok::<_, Infallible>(handle(&state, &request)) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
+            let http = hyper::server::conn::http1::Builder::new();
+            match acceptor {
+                Some(acceptor) => {
+                    // A client that refuses the certificate ends here.
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        let _ = http
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    }
+                }
+                None => {
+                    let _ = http
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                }
+            }
         });
     }
 }

@@ -366,8 +366,27 @@ fn kill_shims(dir: &Path) {
     }
 }
 
+/// Whether `/` is an initramfs (the guests'): pivot_root(2) refuses to move a ramfs root away,
+/// so runc must be told to switch roots without it (containerd's `NoPivotRoot`, which makes
+/// runc move the rootfs over `/` and chroot into it). Real nodes boot from a disk.
+fn root_is_initramfs() -> bool {
+    // The last mount on `/` in /proc/self/mounts is the one processes see.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let root_type = mounts
+        .lines()
+        .rev()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_source, target, fs_type) = (fields.next()?, fields.next()?, fields.next()?);
+            (target == "/").then_some(fs_type)
+        })
+        .next();
+    matches!(root_type, Some("rootfs" | "ramfs" | "tmpfs"))
+}
+
 fn config_toml(dir: &Path) -> String {
     let d = dir.display();
+    let no_pivot_root = root_is_initramfs();
     format!(
         r#"version = 2
 root = "{d}/root"
@@ -394,6 +413,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        NoPivotRoot = {no_pivot_root}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{d}/cni-bin"
     conf_dir = "{d}/cni"

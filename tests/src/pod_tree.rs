@@ -132,9 +132,17 @@ impl Hierarchies {
             .collect()
     }
 
-    /// Directories left under the test root in any hierarchy.
+    /// Directories left under the test root in any hierarchy mounted, not only those the
+    /// container manager writes (runc makes a container's cgroup in every one: blkio, devices,
+    /// freezer, name=systemd, the unified hierarchy of a hybrid layout).
     pub(crate) fn leftovers(&self) -> Vec<PathBuf> {
-        self.mounts()
+        let mut mounts = self.mounts();
+        for mount in every_cgroup_mount() {
+            if !mounts.contains(&mount) {
+                mounts.push(mount);
+            }
+        }
+        mounts
             .iter()
             .map(|m| m.join(&self.root_name))
             .filter(|p| p.exists())
@@ -165,6 +173,22 @@ impl Drop for Hierarchies {
             }
         }
     }
+}
+
+/// Every cgroup (v1) and cgroup2 mount point in this process's mount namespace.
+fn every_cgroup_mount() -> Vec<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mount = left.split_whitespace().nth(4)?;
+            let fs_type = right.split_whitespace().next()?;
+            matches!(fs_type, "cgroup" | "cgroup2").then(|| PathBuf::from(mount))
+        })
+        .collect();
+    mounts.dedup();
+    mounts
 }
 
 fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::node_bench::Rounds;
 use crate::setup;
 
 /// Benchmark targets of package `qosd`, in run order.
@@ -36,8 +37,10 @@ struct Figure {
 
 /// Runs every benchmark (or those whose id contains `filter`) and prints the figures.
 pub(crate) fn run(filter: Option<&str>) -> Result<()> {
-    if filter == Some("node") {
-        return node_section();
+    match filter {
+        Some("node") => return node_section(Rounds::All),
+        Some("node-kubernetes") => return node_section(Rounds::BesideKubelet),
+        _ => {}
     }
     let started = Instant::now();
     let mut figures = Vec::new();
@@ -82,7 +85,7 @@ pub(crate) fn run(filter: Option<&str>) -> Result<()> {
         overhead_section()?;
     }
     if filter.is_none() {
-        node_section()?;
+        node_section(Rounds::All)?;
     }
     let over: Vec<&Figure> = figures
         .iter()
@@ -210,13 +213,13 @@ fn overhead_section() -> Result<()> {
 /// Builds the release `qosd` and measures its node-scale cost against node_exporter.
 /// `QOSD_BENCH_BINARY` names another build to measure instead (an earlier commit's, for a
 /// before/after comparison on the same machine).
-fn node_section() -> Result<()> {
+fn node_section(rounds: Rounds) -> Result<()> {
     match std::env::var_os("QOSD_BENCH_BINARY") {
         Some(binary) => {
             setup::bench_tools()?;
-            crate::node_bench::run(std::path::Path::new(&binary))
+            crate::node_bench::run(std::path::Path::new(&binary), rounds)
         }
-        None => crate::node_bench::run(&release_qosd()?),
+        None => crate::node_bench::run(&release_qosd()?, rounds),
     }
 }
 

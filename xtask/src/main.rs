@@ -64,7 +64,8 @@ enum Command {
     /// the targets (topology merge under 10 ms, allocation under 1 ms) and peers; then, as
     /// root, the eBPF programs' cost per event under load against bpftrace (filter
     /// `ebpf_overhead` for that part only) and qosd's node-scale cost at 10, 110 and 250 pods
-    /// against prometheus-node-exporter (filter `node` for that part only, about 10 minutes).
+    /// against prometheus-node-exporter, standalone and beside kubelet (filter `node` for that
+    /// part only, about 15 minutes; `node-kubernetes` for the rounds beside kubelet only).
     Bench {
         /// Only benchmarks whose id contains this string.
         filter: Option<String>,

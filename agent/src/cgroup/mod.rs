@@ -1,6 +1,6 @@
 //! cgroup filesystem knowledge: which hierarchies are mounted where ([`layout`]) and how a
 //! kernel cgroup id maps back to a cgroup path ([`hierarchy`]), through the one tree walker
-//! ([`walk`]); cgroup names and their spellings ([`name`]), resource settings ([`resources`])
+//! ([`walk`]), whose live trees keep directories and their files open ([`open_dir`]); cgroup names and their spellings ([`name`]), resource settings ([`resources`])
 //! and the files that hold them ([`files`]), CPU lists ([`cpuset`]), statistics readers
 //! ([`stats`]) and the CFS counters of the whole tree ([`cfs`]), and the cgroup backends ([`backend`] the read and write interfaces,
 //! [`cgroupfs`] the implementation on cgroupfs, with [`v1`] / [`v2`] specifics).
@@ -15,6 +15,7 @@ pub mod files;
 pub mod hierarchy;
 pub mod layout;
 pub mod name;
+pub mod open_dir;
 pub mod resources;
 pub mod settings_writer;
 pub mod stats;

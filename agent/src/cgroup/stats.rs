@@ -12,9 +12,7 @@
 //! Parsers take the text; the `read_*` functions add the file, and say `None` when the file
 //! does not exist (its controller is not enabled there).
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use super::cpuset::CpuSet;
@@ -240,35 +238,6 @@ pub fn read_kernel_file(path: &Path) -> io::Result<Option<String>> {
     };
     let mut text = String::with_capacity(512);
     // `Take` reads without the size hint `File` would ask for.
-    file.take(u64::MAX).read_to_string(&mut text)?;
-    Ok(Some(text))
-}
-
-/// [`read_kernel_file`] of `name` in the directory `dir` is open on (`O_PATH` is enough):
-/// the kernel resolves one path step instead of the whole path.
-pub fn read_kernel_file_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<Option<String>> {
-    use std::io::Read as _;
-    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: openat(2) reads the NUL-terminated `name` and uses `dir`, a descriptor that is
-    // valid while borrowed; it returns a new descriptor or -1.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-        )
-    };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::NotFound {
-            Ok(None)
-        } else {
-            Err(e)
-        };
-    }
-    // SAFETY: `fd` was just returned by openat and is owned by nothing else.
-    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let mut text = String::with_capacity(512);
     file.take(u64::MAX).read_to_string(&mut text)?;
     Ok(Some(text))
 }

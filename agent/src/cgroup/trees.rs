@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
+use super::open_dir::OpenDir;
 use super::walk::{CgroupDir, Walk, walk};
 
 /// How a hierarchy's tree is kept.
@@ -87,7 +88,7 @@ struct State {
 #[derive(Debug)]
 struct LiveDir {
     ino: u64,
-    handle: Option<Arc<OwnedFd>>,
+    handle: Option<Arc<OpenDir>>,
 }
 
 impl LiveDir {
@@ -100,7 +101,7 @@ impl LiveDir {
         match opened {
             Ok(file) => Ok(Self {
                 ino: file.metadata()?.ino(),
-                handle: Some(Arc::new(OwnedFd::from(file))),
+                handle: Some(Arc::new(OpenDir::new(OwnedFd::from(file)))),
             }),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                 if !*refused_before {

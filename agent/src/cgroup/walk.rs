@@ -5,13 +5,13 @@
 //!
 //! [`super::trees::CgroupTrees`] keeps the readers' whole-hierarchy trees live from one walk.
 use std::io;
-use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::fs::{DirEntryExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::stats::{read_kernel_file, read_kernel_file_at};
+use super::open_dir::OpenDir;
+use super::stats::read_kernel_file;
 
 /// One cgroup directory found by [`walk`].
 #[derive(Clone, Debug)]
@@ -23,9 +23,9 @@ pub struct CgroupDir {
     pub depth: usize,
     /// The directory's inode: the kernel's cgroup id on cgroupfs (64-bit kernels).
     pub ino: u64,
-    /// A descriptor of the directory (`O_PATH`) where the tree keeps one (live trees): its
-    /// files are then opened relative to it, one path step instead of the whole path.
-    pub handle: Option<Arc<OwnedFd>>,
+    /// The directory, open, where the tree keeps it (live trees): its files are then opened
+    /// relative to it, one path step instead of the whole path, and kept open for the next read.
+    pub handle: Option<Arc<OpenDir>>,
 }
 
 impl PartialEq for CgroupDir {
@@ -43,7 +43,7 @@ impl CgroupDir {
     /// [`read_kernel_file`]).
     pub fn read(&self, name: &str) -> io::Result<Option<String>> {
         match &self.handle {
-            Some(dir) => read_kernel_file_at(dir.as_fd(), name),
+            Some(dir) => dir.read(name),
             None => read_kernel_file(&self.path.join(name)),
         }
     }

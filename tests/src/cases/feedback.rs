@@ -33,10 +33,11 @@ const PINNED_UID: &str = "0f0e0d0c-0000-4000-8000-0000000000f4";
 const AFTER: Duration = Duration::from_secs(8);
 
 /// qosd in standalone mode on a test root with the given pods and KubeletConfiguration
-/// lines, with a fast feedback. Everything is removed on drop.
+/// lines, with a fast feedback. Everything is removed on drop: qosd first (fields drop in
+/// declaration order), then its cgroups, which a running qosd would otherwise make again.
 struct Scenario {
-    h: Hierarchies,
     agent: Agent,
+    h: Hierarchies,
     _files: TempPaths,
 }
 

@@ -29,6 +29,11 @@ for controller in $(cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null); do
         echo "qosd-init: cannot enable cgroup controller $controller"
 done
 
+# containerd copies the node's hosts and resolver files into host-network pod sandboxes.
+mkdir -p /etc
+[ -e /etc/hosts ] || echo "127.0.0.1 localhost" > /etc/hosts
+[ -e /etc/resolv.conf ] || : > /etc/resolv.conf
+
 # The tests talk HTTP to 127.0.0.1.
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up || echo "qosd-init: cannot bring up lo"
 

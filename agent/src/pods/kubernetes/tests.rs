@@ -233,3 +233,70 @@ fn kubelets_pods_with_a_token_and_without_it() {
     });
     assert_eq!(seen, ["+a", "+b", "-b"]);
 }
+
+#[test]
+fn kubelets_authenticated_port_over_https_with_its_ca_and_a_token() {
+    let rt = runtime();
+    let _runtime = rt.enter();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = FakeKubernetes::start_tls().expect("https fake");
+    fake.upsert(pod("a", "node-a"));
+    fake.require_kubelet_token("s3cret");
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, fake.ca_pem().expect("a CA")).expect("ca");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret").expect("token");
+    let source_with =
+        |token_file: &std::path::Path, ca_file: Option<std::path::PathBuf>, insecure: bool| {
+            let client = client::kubelet(&client::KubeletOptions {
+                url: fake.url(),
+                token_file: Some(token_file.to_owned()),
+                ca_file,
+                insecure_skip_tls_verify: insecure,
+                period: Duration::from_millis(100),
+            })
+            .expect("client");
+            kubelet::start(client, &fake.url(), Duration::from_millis(100), rt.handle())
+        };
+    assert!(fake.url().starts_with("https://"));
+
+    // The right CA and token: the pods.
+    let (mut source, _poll) = source_with(&token, Some(ca.clone()), false);
+    let (mut seen, mut errors) = (Vec::new(), Vec::new());
+    poll_until(&mut source, &mut seen, &mut errors, |s, _, _| s.synced());
+    assert_eq!(seen, ["+a"]);
+    assert!(errors.is_empty(), "{errors:?}");
+
+    // Another CA: the certificate is refused, nothing is delivered.
+    let other = FakeKubernetes::start_tls().expect("another CA");
+    let other_ca = dir.path().join("other.crt");
+    std::fs::write(&other_ca, other.ca_pem().expect("a CA")).expect("ca");
+    let (mut source, _poll) = source_with(&token, Some(other_ca), false);
+    let (mut seen, mut errors) = (Vec::new(), Vec::new());
+    poll_until(&mut source, &mut seen, &mut errors, |s, _, e| {
+        s.reachable() == Some(false) && !e.is_empty()
+    });
+    assert!(seen.is_empty(), "{seen:?}");
+
+    // A wrong token: 401, nothing delivered.
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "guess").expect("token");
+    let (mut source, _poll) = source_with(&wrong, Some(ca), false);
+    let (mut seen, mut errors) = (Vec::new(), Vec::new());
+    poll_until(&mut source, &mut seen, &mut errors, |s, _, e| {
+        s.reachable() == Some(false) && !e.is_empty()
+    });
+    assert!(seen.is_empty());
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("401") || e.contains("Unauthorized")),
+        "{errors:?}"
+    );
+
+    // No CA but told to skip verification (self-signed kubelet certificates): the pods.
+    let (mut source, _poll) = source_with(&token, None, true);
+    let (mut seen, mut errors) = (Vec::new(), Vec::new());
+    poll_until(&mut source, &mut seen, &mut errors, |s, _, _| s.synced());
+    assert_eq!(seen, ["+a"]);
+}

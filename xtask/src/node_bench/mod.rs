@@ -16,6 +16,10 @@
 //!   over it, and per added pod the time from its manifest's rename into the directory to its
 //!   pod cgroup existing in the cpu hierarchy (p50, p99, max).
 //!
+//! Beside kubelet ([`kubernetes`]): the same figures with `--pods kubernetes`, the pods served by
+//! a played API server and their cgroups and processes made the way kubelet and the runtime
+//! make them, with watch events at a steady rate during churn.
+//!
 //! Speed is measured here, never asserted: the figures and the ratios to the peer are printed.
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -27,6 +31,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 
 use crate::procfs::{cpu_seconds, free_port, get, stop, wait_until_serving};
+
+mod kubernetes;
 
 /// Pod counts measured.
 const SIZES: [usize; 3] = [10, 110, 250];
@@ -41,7 +47,7 @@ const NODE_EXPORTER: &str = "prometheus-node-exporter";
 
 /// One pod count's figures.
 #[derive(Debug, Default)]
-struct Round {
+pub(super) struct Round {
     pods: usize,
     idle_cpu: f64,
     peer_idle_cpu: f64,
@@ -83,8 +89,16 @@ impl Scrapes {
     }
 }
 
+/// Which rounds to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rounds {
+    /// Standalone, then beside kubelet.
+    All,
+    BesideKubelet,
+}
+
 /// Runs the benchmark with the release binary at `qosd` (as root).
-pub(crate) fn run(qosd: &Path) -> Result<()> {
+pub(crate) fn run(qosd: &Path, which: Rounds) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the node benchmark writes cgroups and starts containers: run it as root");
@@ -100,15 +114,31 @@ pub(crate) fn run(qosd: &Path) -> Result<()> {
         })?;
     let result = wait_until_serving(peer_addr, &mut peer).and_then(|()| {
         let mut rounds = Vec::new();
-        for pods in SIZES {
+        let sizes: &[usize] = if which == Rounds::All { &SIZES } else { &[] };
+        for &pods in sizes {
             println!("== node benchmark: {pods} pods");
             rounds.push(measure(qosd, pods, &peer, peer_addr)?);
         }
-        Ok(rounds)
+        let mut beside = Vec::new();
+        for pods in kubernetes::SIZES {
+            println!("== node benchmark beside kubelet: {pods} pods");
+            beside.push(kubernetes::measure(qosd, pods, &peer, peer_addr)?);
+        }
+        Ok((rounds, beside))
     });
     stop(&mut peer, libc::SIGTERM);
-    let rounds = result?;
-    print_report(&rounds);
+    let (rounds, beside) = result?;
+    if !rounds.is_empty() {
+        println!(
+            "\n== standalone (pods from manifests; change -> cgroup: a manifest renamed in -> its pod cgroup in cgroupfs)"
+        );
+        print_report(&rounds);
+    }
+    println!(
+        "\n== beside kubelet (--pods kubernetes, a played API server; {} status updates/s and one pod added and one removed per second during churn; change -> cgroup: a pod's watch event -> its container's series labelled in /metrics)",
+        kubernetes::UPDATES_PER_SECOND
+    );
+    print_report(&beside);
     Ok(())
 }
 
@@ -198,13 +228,26 @@ fn measure_running(
 ) -> Result<Round> {
     let pid = agent.child.id();
     wait_for_pods(agent, pods)?;
-    // Let start-up work (first reconcile, container starts) settle.
+    let mut round = measure_settled(pid, &agent.dir, agent.addr, pods, peer, peer_addr)?;
+    churn(agent, pods, &mut round)?;
+    Ok(round)
+}
+
+/// After start-up work (first reconcile, container starts) settles: idle CPU of qosd and the
+/// peer over [`WINDOW`], qosd's syscalls and memory, and both scrapes.
+fn measure_settled(
+    pid: u32,
+    dir: &Path,
+    addr: SocketAddr,
+    pods: usize,
+    peer: &Child,
+    peer_addr: SocketAddr,
+) -> Result<Round> {
     std::thread::sleep(Duration::from_secs(5));
     let mut round = Round {
         pods,
         ..Round::default()
     };
-
     let (ours, theirs) = (cpu_seconds(pid)?, cpu_seconds(peer.id())?);
     let started = Instant::now();
     std::thread::sleep(WINDOW);
@@ -216,12 +259,10 @@ fn measure_running(
         round.idle_cpu * 100.0,
         round.peer_idle_cpu * 100.0
     );
-
-    round.syscalls = count_syscalls(pid, &agent.dir)?;
+    round.syscalls = count_syscalls(pid, dir)?;
     round.memory = memory(pid)?;
-    round.scrape = scrapes(agent.addr)?;
+    round.scrape = scrapes(addr)?;
     round.peer_scrape = scrapes(peer_addr)?;
-    churn(agent, pods, &mut round)?;
     Ok(round)
 }
 
@@ -249,7 +290,7 @@ fn wait_for_pods(agent: &mut Agent, pods: usize) -> Result<()> {
 }
 
 /// The sum of `qosd_pods{qos_class=...}`.
-fn pods_gauge(exposition: &str) -> usize {
+pub(super) fn pods_gauge(exposition: &str) -> usize {
     exposition
         .lines()
         .filter(|l| l.starts_with("qosd_pods{"))
@@ -310,7 +351,7 @@ fn cpu_hierarchy() -> Result<PathBuf> {
 }
 
 /// `strace -c -f` on `pid` for [`STRACE_WINDOW`]: calls per second by syscall, most first.
-fn count_syscalls(pid: u32, dir: &Path) -> Result<Vec<(String, f64)>> {
+pub(super) fn count_syscalls(pid: u32, dir: &Path) -> Result<Vec<(String, f64)>> {
     let out = dir.join("strace.txt");
     let mut strace = Command::new("strace")
         .args(["-c", "-f", "-q", "-p", &pid.to_string(), "-o"])
