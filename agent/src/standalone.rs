@@ -10,7 +10,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cgroup::name::{CgroupName, NameError};
-use crate::cgroup::{CgroupError, CgroupLayout, CgroupfsBackend, Hierarchies, NameStyle};
+use crate::cgroup::systemd::{BusError, SystemdBackend, UnitManager as _, bus::SystemdBus};
+use crate::cgroup::{
+    CgroupError, CgroupLayout, CgroupWriter, CgroupfsBackend, Hierarchies, NameStyle,
+};
 use crate::cm::allocatable::{self, AllocatableError, CgroupLimits, NodeAllocatableConfig};
 use crate::cm::capacity::{CapacityError, MachineInfo};
 use crate::cm::index::WorkloadIndex;
@@ -51,6 +54,9 @@ pub struct StandaloneOptions {
 }
 
 /// Errors that keep standalone mode from starting.
+/// How long systemd gets for one call or job (runc waits 30 s too).
+const SYSTEMD_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[derive(Debug, thiserror::Error)]
 pub enum StandaloneError {
     #[error(transparent)]
@@ -69,6 +75,8 @@ pub enum StandaloneError {
     },
     #[error(transparent)]
     Cgroups(#[from] CgroupError),
+    #[error("cgroupDriver systemd needs systemd's manager on the system bus: {0}")]
+    Systemd(#[source] BusError),
     #[error("machine capacity: {0}")]
     Capacity(#[from] CapacityError),
     #[error("node allocatable: {0}")]
@@ -126,12 +134,7 @@ impl Standalone {
             })?;
         let style = match config.cgroup_driver {
             CgroupDriver::Cgroupfs => NameStyle::Cgroupfs,
-            CgroupDriver::Systemd => {
-                tracing::warn!(
-                    "cgroupDriver systemd: slices are named like systemd's but written through cgroupfs (no D-Bus backend yet)"
-                );
-                NameStyle::Systemd
-            }
+            CgroupDriver::Systemd => NameStyle::Systemd,
         };
         let capacity = MachineInfo::host().capacity()?;
         let allocatable_config = NodeAllocatableConfig::from_kubelet(&config);
@@ -184,8 +187,19 @@ impl Standalone {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let cgroups = CgroupfsBackend::new(Hierarchies::from_layout(layout)?, root.clone(), style)
+        let fs = CgroupfsBackend::new(Hierarchies::from_layout(layout)?, root.clone(), style)
             .with_reserved(reserved.iter().map(|(name, _)| name.clone()).collect());
+        let cgroups: Box<dyn CgroupWriter> = match config.cgroup_driver {
+            CgroupDriver::Cgroupfs => Box::new(fs),
+            CgroupDriver::Systemd => {
+                let bus = SystemdBus::connect(SYSTEMD_TIMEOUT).map_err(StandaloneError::Systemd)?;
+                tracing::info!(
+                    systemd = bus.version(),
+                    "cgroupDriver systemd: slices and scopes through systemd's D-Bus API"
+                );
+                Box::new(SystemdBackend::new(fs, std::sync::Arc::new(bus)))
+            }
+        };
         let policy = PodCgroupPolicy::from_kubelet(&config, layout.v1.is_empty());
         let machine = crate::machine::hwloc::load_host()?;
         if let Some(nodes) = &nodes {
@@ -203,7 +217,7 @@ impl Standalone {
         // Everything that can fail on bad input is checked before the first cgroup is made.
         let source: Box<dyn PodSource> = Box::new(ManifestWatcher::new(&options.manifest_dir)?);
         let mut manager = ContainerManager::start(
-            Box::new(cgroups),
+            cgroups,
             ManagerOptions {
                 root,
                 policy,

@@ -63,7 +63,7 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     (
         "runtime/process.rs",
         "libc::write(",
-        "\"0\" to the cgroup.procs descriptors the cgroup backend opened (CgroupJoin)",
+        "\"0\" to the cgroup.procs descriptors the cgroup backend opened (CgroupJoin), and the pid and go-ahead bytes of the placement handshake's pipes",
     ),
     (
         "runtime/process.rs",

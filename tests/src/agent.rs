@@ -123,6 +123,29 @@ impl Drop for Agent {
     }
 }
 
+/// `qosd run` arguments of a standalone case: its manifest directory and KubeletConfiguration,
+/// state and container logs under `scratch`, then `extra`.
+pub(crate) fn standalone_args(
+    scratch: &Path,
+    manifests: &Path,
+    config: &Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let path = |p: &Path| p.display().to_string();
+    let mut args = vec![
+        "--manifest-dir".to_owned(),
+        path(manifests),
+        "--kubelet-config".to_owned(),
+        path(config),
+        "--state-dir".to_owned(),
+        path(&scratch.join("state")),
+        "--container-log-dir".to_owned(),
+        path(&scratch.join("logs")),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    args
+}
+
 /// A port that was free a moment ago.
 pub(crate) fn free_port() -> Result<SocketAddr, String> {
     let listener =

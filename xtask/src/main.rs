@@ -57,6 +57,10 @@ enum Command {
         /// Seconds before the guest is declared hung.
         #[arg(long, default_value_t = 300)]
         timeout: u64,
+        /// Boot with systemd as PID 1 (the command runs as a service once the system bus is
+        /// up).
+        #[arg(long)]
+        systemd: bool,
         /// Shell command line run by the guest's init after the mounts.
         command: String,
     },
@@ -108,15 +112,22 @@ fn dispatch(cli: Cli) -> Result<()> {
             kernel,
             files,
             timeout,
+            systemd,
             command,
-        } => boot_one(&kernel, &files, timeout, &command),
+        } => boot_one(&kernel, &files, timeout, systemd, &command),
         Command::Bench { filter } => bench::run(filter.as_deref()),
         Command::DeployCheck { no_image } => deploy_check::run_alone(!no_image),
         Command::Image { check } => image::run(check),
     }
 }
 
-fn boot_one(series: &str, files: &[PathBuf], timeout: u64, command: &str) -> Result<()> {
+fn boot_one(
+    series: &str,
+    files: &[PathBuf],
+    timeout: u64,
+    systemd: bool,
+    command: &str,
+) -> Result<()> {
     let cache = vm::cache_dir()?;
     let kernels = vm::ensure_kernels(&cache)?;
     let Some(kernel) = kernels.iter().find(|k| k.series == series) else {
@@ -138,6 +149,7 @@ fn boot_one(series: &str, files: &[PathBuf], timeout: u64, command: &str) -> Res
         command,
         Duration::from_secs(timeout),
         &vm::work_dir(),
+        systemd,
     )?;
     print!("{}", run.output);
     println!(

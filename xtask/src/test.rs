@@ -364,40 +364,71 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
         } else {
             "/bin/qosd-systests --qosd /bin/qosd".to_owned()
         };
-        let run = vm::run_in_guest(kernel, &payload, &command, GUEST_TIMEOUT, &work);
+        let run = vm::run_in_guest(kernel, &payload, &command, GUEST_TIMEOUT, &work, false);
         let result = match run {
             Ok(run) => {
                 print!("{}", run.output);
-                let mut counts = parse_results(&run.output);
-                let failed = counts.failed;
-                let (failed, note) = match &run.exit {
-                    GuestExit::Exited(0) => (failed, String::new()),
-                    GuestExit::Exited(code) => {
-                        (failed.max(1), format!("qosd-systests exited {code}"))
-                    }
-                    GuestExit::Panicked(line) => {
-                        (failed + 1, format!("guest kernel panic: {line}"))
-                    }
-                    GuestExit::TimedOut => (
-                        failed + 1,
-                        format!("guest hung: no result within {}s", GUEST_TIMEOUT.as_secs()),
-                    ),
-                    GuestExit::QemuFailed(why) => (failed + 1, format!("qemu failed: {why}")),
-                };
-                counts.failed = failed;
-                TierResult {
-                    tier: "vm",
-                    target,
-                    counts,
-                    took: started.elapsed(),
-                    note,
-                }
+                guest_result(&run, target, started)
             }
             Err(e) => TierResult::broken("vm", target, started.elapsed(), &e),
         };
         results.push(result);
     }
+    for kernel in kernels
+        .iter()
+        .filter(|k| SYSTEMD_SERIES.contains(&k.series.as_str()))
+    {
+        results.push(systemd_guest(kernel, &payload, &work));
+    }
     results
+}
+
+/// Kernel series booted a second time with systemd as PID 1, for the systemd driver's cases.
+const SYSTEMD_SERIES: [&str; 2] = ["6.12", "6.1"];
+/// The cases the systemd guest runs (their names start with it).
+const SYSTEMD_CASES: &str = "systemd_";
+
+/// One systemd guest: the systemd driver's cases with systemd as PID 1.
+fn systemd_guest(
+    kernel: &vm::GuestKernel,
+    payload: &[(PathBuf, String)],
+    work: &Path,
+) -> TierResult {
+    let started = Instant::now();
+    let target = format!("{} (v2, systemd PID 1, 4 vCPU, 2 NUMA)", kernel.release);
+    println!("\n== vm: {target}");
+    let command = format!("/bin/qosd-systests --qosd /bin/qosd {SYSTEMD_CASES}");
+    match vm::run_in_guest(kernel, payload, &command, GUEST_TIMEOUT, work, true) {
+        Ok(run) => {
+            print!("{}", run.output);
+            guest_result(&run, target, started)
+        }
+        Err(e) => TierResult::broken("vm", target, started.elapsed(), &e),
+    }
+}
+
+/// A guest run's cases and how the guest ended, as one tier result.
+fn guest_result(run: &vm::GuestRun, target: String, started: Instant) -> TierResult {
+    let mut counts = parse_results(&run.output);
+    let failed = counts.failed;
+    let (failed, note) = match &run.exit {
+        GuestExit::Exited(0) => (failed, String::new()),
+        GuestExit::Exited(code) => (failed.max(1), format!("qosd-systests exited {code}")),
+        GuestExit::Panicked(line) => (failed + 1, format!("guest kernel panic: {line}")),
+        GuestExit::TimedOut => (
+            failed + 1,
+            format!("guest hung: no result within {}s", GUEST_TIMEOUT.as_secs()),
+        ),
+        GuestExit::QemuFailed(why) => (failed + 1, format!("qemu failed: {why}")),
+    };
+    counts.failed = failed;
+    TierResult {
+        tier: "vm",
+        target,
+        counts,
+        took: started.elapsed(),
+        note,
+    }
 }
 
 /// Host programs the guest cases run, copied with their shared libraries (installed by setup).

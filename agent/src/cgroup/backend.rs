@@ -11,6 +11,7 @@
 //! it is told about, which it may update but never create or remove): names outside are
 //! refused, so it never alters cgroups it was not given.
 use std::collections::BTreeMap;
+use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -89,6 +90,12 @@ pub enum CgroupError {
     },
     #[error(transparent)]
     Stats(#[from] StatsError),
+    #[error("cgroup {name}: {source}")]
+    Systemd {
+        name: String,
+        #[source]
+        source: Box<super::systemd::BusError>,
+    },
     /// A writer confined to some settings was asked for something else.
     #[error(
         "cgroup {name}: not permitted here: {what} (qosd writes only its feedback's settings of cgroups kubelet owns)"
@@ -215,22 +222,52 @@ pub struct CgroupStats {
 /// hierarchy, opened for writing by the backend (the runtime never builds a cgroup path).
 /// Between fork and exec the child writes `0` ("the writing process") to each, so not one
 /// instruction of the workload runs outside the cgroup. The descriptors are close-on-exec.
-#[derive(Debug)]
+///
+/// Where the cgroup cannot be joined from inside (a systemd scope exists only once systemd
+/// has put a process in it), the handle carries a [`Placement`] instead: the child waits
+/// between fork and exec until the placement, given its pid, has put it there.
 pub struct CgroupJoin {
     files: Vec<(PathBuf, OwnedFd)>,
+    placement: Option<Box<dyn Placement>>,
+}
+
+/// Puts a process that waits before exec into its cgroup from outside.
+pub trait Placement: Send {
+    /// Places process `pid`; it runs the workload only after this returned `Ok`.
+    fn place(self: Box<Self>, pid: u32) -> Result<(), CgroupError>;
+    /// What it does, for messages.
+    fn describe(&self) -> String;
+}
+
+impl fmt::Debug for CgroupJoin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe())
+    }
 }
 
 impl CgroupJoin {
     /// A handle over files already opened for writing.
     #[must_use]
     pub fn new(files: Vec<(PathBuf, OwnedFd)>) -> Self {
-        Self { files }
+        Self {
+            files,
+            placement: None,
+        }
+    }
+
+    /// A handle whose process is placed by `placement` while it waits before exec.
+    #[must_use]
+    pub fn placed_by(placement: Box<dyn Placement>) -> Self {
+        Self {
+            files: Vec::new(),
+            placement: Some(placement),
+        }
     }
 
     /// A handle that joins nothing (the process stays where qosd is; tests only).
     #[must_use]
     pub fn none() -> Self {
-        Self { files: Vec::new() }
+        Self::new(Vec::new())
     }
 
     /// The raw descriptors, for the child to write to between fork and exec; valid while
@@ -240,15 +277,23 @@ impl CgroupJoin {
         self.files.iter().map(|(_, fd)| fd.as_raw_fd()).collect()
     }
 
-    /// The files, for messages.
+    /// The placement, once: the spawner runs it with the child's pid.
+    pub fn take_placement(&mut self) -> Option<Box<dyn Placement>> {
+        self.placement.take()
+    }
+
+    /// The files (or the placement), for messages.
     #[must_use]
     pub fn describe(&self) -> String {
-        let paths: Vec<String> = self
+        let mut parts: Vec<String> = self
             .files
             .iter()
             .map(|(p, _)| p.display().to_string())
             .collect();
-        format!("[{}]", paths.join(", "))
+        if let Some(placement) = &self.placement {
+            parts.push(placement.describe());
+        }
+        format!("[{}]", parts.join(", "))
     }
 }
 
@@ -306,6 +351,12 @@ pub trait CgroupReader: Send + Sync {
 
     /// The cgroup's statistics of the kinds `wanted`; the others are `None`.
     fn stats_of(&self, name: &CgroupName, wanted: StatKinds) -> Result<CgroupStats, CgroupError>;
+
+    /// The cgroup of container `container` in the pod cgroup `pod`: the container's name
+    /// below the pod's on cgroupfs; the systemd backend names a scope.
+    fn container(&self, pod: &CgroupName, container: &str) -> Result<CgroupName, CgroupError> {
+        Ok(pod.child(container)?)
+    }
 
     /// The cgroup's CPU, memory and cpuset statistics.
     fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError> {

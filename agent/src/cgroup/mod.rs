@@ -3,7 +3,8 @@
 //! ([`walk`]), whose live trees keep directories and their files open ([`open_dir`]); cgroup names and their spellings ([`name`]), resource settings ([`resources`])
 //! and the files that hold them ([`files`]), CPU lists ([`cpuset`]), statistics readers
 //! ([`stats`]) and the CFS counters of the whole tree ([`cfs`]), and the cgroup backends ([`backend`] the read and write interfaces,
-//! [`cgroupfs`] the implementation on cgroupfs, with [`v1`] / [`v2`] specifics).
+//! [`cgroupfs`] the implementation on cgroupfs, with [`v1`] / [`v2`] specifics, and
+//! [`systemd`] the one that asks systemd over D-Bus and reads through cgroupfs).
 //!
 //! This folder and the container manager are the only code that opens a cgroup file for
 //! writing (`agent/tests/one_writer.rs` fails otherwise).
@@ -19,6 +20,7 @@ pub mod open_dir;
 pub mod resources;
 pub mod settings_writer;
 pub mod stats;
+pub mod systemd;
 pub mod trees;
 mod v1;
 mod v2;
@@ -26,7 +28,7 @@ pub mod walk;
 
 pub use backend::{
     CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
-    DestroyReport, Difference, NameStyle, Skipped, StatKinds, UpdateReport, Written,
+    DestroyReport, Difference, NameStyle, Placement, Skipped, StatKinds, UpdateReport, Written,
 };
 pub use cgroupfs::{CgroupfsBackend, Hierarchies};
 pub use cpuset::{CpuListError, CpuSet};

@@ -127,7 +127,7 @@ pub(super) fn render(manager: &ContainerManager) -> Report {
         ]);
         let mut containers_json = Vec::new();
         for container in view.pod.spec.all_containers() {
-            let Ok(cgroup) = view.cgroup.child(&container.name) else {
+            let Ok(cgroup) = reader.container(view.cgroup, &container.name) else {
                 continue;
             };
             let (state, restarts) = match manager.container_state(view.uid, &container.name) {

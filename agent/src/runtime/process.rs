@@ -16,7 +16,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use crate::cgroup::CgroupJoin;
+use crate::cgroup::{CgroupError, CgroupJoin, Placement};
 
 /// Errors starting or signalling a process.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +35,12 @@ pub enum ProcessError {
         cgroups: String,
         #[source]
         source: std::io::Error,
+    },
+    #[error("placing {program} in its cgroup before exec: {source}")]
+    Placement {
+        program: String,
+        #[source]
+        source: CgroupError,
     },
     #[error("signalling process group {pgid}: {source}")]
     Signal {
@@ -60,11 +66,13 @@ pub struct Launch {
     pub log_file: Option<PathBuf>,
 }
 
-/// Starts the process described by `launch` in the cgroups `join` opens.
-pub fn spawn(launch: &Launch, join: &CgroupJoin) -> Result<Child, ProcessError> {
+/// Starts the process described by `launch` in the cgroups `join` opens; where `join` has a
+/// placement, the child waits before exec until the placement has put it in its cgroup.
+pub fn spawn(launch: &Launch, mut join: CgroupJoin) -> Result<Child, ProcessError> {
     let (program, args) = launch.argv.split_first().ok_or(ProcessError::NoCommand)?;
     // Valid until `join` is dropped, after the spawn (the child has its own copies).
     let procs = join.raw_fds();
+    let described = join.describe();
     let (stdout, stderr) = match &launch.log_file {
         Some(path) => {
             let file = open_log(path)?;
@@ -89,17 +97,183 @@ pub fn spawn(launch: &Launch, join: &CgroupJoin) -> Result<Child, ProcessError> 
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and only calls write on
-    // descriptors opened before the fork (inherited by the child); write is
-    // async-signal-safe.
-    unsafe {
-        command.pre_exec(move || join_cgroups(&procs));
-    }
-    command.spawn().map_err(|source| ProcessError::Spawn {
+    let spawn_error = |source| ProcessError::Spawn {
         program: program.clone(),
-        cgroups: join.describe(),
+        cgroups: described.clone(),
         source,
+    };
+    let Some(placement) = join.take_placement() else {
+        // SAFETY: the closure runs in the forked child before exec and only calls write on
+        // descriptors opened before the fork (inherited by the child); write is
+        // async-signal-safe.
+        unsafe {
+            command.pre_exec(move || join_cgroups(&procs));
+        }
+        return command.spawn().map_err(spawn_error);
+    };
+    let handshake = Handshake::new().map_err(spawn_error)?;
+    let (parent, child) = handshake.split();
+    let parent_write = parent.go.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only calls close, write,
+    // getpid and read on descriptors opened before the fork; all are async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            child.wait_for_placement(parent_write)?;
+            join_cgroups(&procs)
+        });
+    }
+    std::thread::scope(|scope| {
+        let placer = scope.spawn(move || parent.place(placement));
+        let spawned = command.spawn();
+        // The child's ends close with the command: a child that died before sending its pid
+        // ends the placer's read.
+        drop(command);
+        let placed = placer
+            .join()
+            .unwrap_or_else(|_| Err(PlacementFailed::Panicked));
+        match (spawned, placed) {
+            (Ok(child), Ok(())) => Ok(child),
+            (_, Err(PlacementFailed::Cgroup(source))) => Err(ProcessError::Placement {
+                program: program.clone(),
+                source,
+            }),
+            (Err(source), _) => Err(spawn_error(source)),
+            (Ok(mut child), Err(e)) => {
+                // The child ran exec without its placement: it cannot be left running.
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(spawn_error(std::io::Error::other(e.to_string())))
+            }
+        }
     })
+}
+
+/// Why a placement did not happen.
+#[derive(Debug, thiserror::Error)]
+enum PlacementFailed {
+    #[error(transparent)]
+    Cgroup(CgroupError),
+    #[error("the child ended before it sent its pid")]
+    NoPid,
+    #[error("the placement thread panicked")]
+    Panicked,
+}
+
+/// Two pipes between qosd and a child that waits before exec: the child sends its pid, qosd
+/// answers one byte once the child is placed (or closes its end if it could not be).
+struct Handshake {
+    pid: (OwnedFd, OwnedFd),
+    go: (OwnedFd, OwnedFd),
+}
+
+/// qosd's ends: read the pid, write the go-ahead.
+struct ParentEnds {
+    pid: OwnedFd,
+    go: OwnedFd,
+}
+
+/// The child's ends: write the pid, read the go-ahead.
+struct ChildEnds {
+    pid: OwnedFd,
+    go: OwnedFd,
+}
+
+impl Handshake {
+    fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            pid: pipe()?,
+            go: pipe()?,
+        })
+    }
+
+    fn split(self) -> (ParentEnds, ChildEnds) {
+        (
+            ParentEnds {
+                pid: self.pid.0,
+                go: self.go.1,
+            },
+            ChildEnds {
+                pid: self.pid.1,
+                go: self.go.0,
+            },
+        )
+    }
+}
+
+impl ParentEnds {
+    /// Reads the child's pid, places it, and lets it go on (or, on failure, closes the
+    /// go-ahead so its wait ends with an error and it never execs).
+    fn place(self, placement: Box<dyn Placement>) -> Result<(), PlacementFailed> {
+        let mut bytes = [0u8; 4];
+        if !read_exact(self.pid.as_raw_fd(), &mut bytes) {
+            return Err(PlacementFailed::NoPid);
+        }
+        let pid = u32::from_ne_bytes(bytes);
+        placement.place(pid).map_err(PlacementFailed::Cgroup)?;
+        // SAFETY: writes one byte from a static buffer to the pipe this struct owns.
+        let written = unsafe { libc::write(self.go.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+        if written == 1 {
+            Ok(())
+        } else {
+            Err(PlacementFailed::NoPid)
+        }
+    }
+}
+
+impl ChildEnds {
+    /// In the child between fork and exec: drops its copy of qosd's write end (so qosd
+    /// closing its own is seen), sends the pid, waits for the go-ahead.
+    fn wait_for_placement(&self, parent_write: RawFd) -> std::io::Result<()> {
+        // SAFETY: close(2), getpid(2), write(2) and read(2) on descriptors inherited from
+        // the parent and a stack buffer; all async-signal-safe.
+        unsafe {
+            libc::close(parent_write);
+            let pid = libc::getpid().to_ne_bytes();
+            if libc::write(self.pid.as_raw_fd(), pid.as_ptr().cast(), pid.len()) != 4 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        let mut go = [0u8; 1];
+        if read_exact(self.go.as_raw_fd(), &mut go) {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::ECANCELED))
+        }
+    }
+}
+
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2(2) fills the two-element array with new descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Reads exactly `buffer.len()` bytes (retrying interrupted reads); false at end of file or
+/// on an error. Async-signal-safe (read(2) only).
+fn read_exact(fd: RawFd, buffer: &mut [u8]) -> bool {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        // SAFETY: reads into the unfilled tail of `buffer`, which outlives the call.
+        let n = unsafe {
+            libc::read(
+                fd,
+                buffer[filled..].as_mut_ptr().cast(),
+                buffer.len() - filled,
+            )
+        };
+        match n {
+            n if n > 0 => filled += usize::try_from(n).unwrap_or(0),
+            // SAFETY: reads the calling thread's errno.
+            -1 if unsafe { *libc::__errno_location() } == libc::EINTR => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Moves the calling process into every cgroup (runs between fork and exec).
@@ -256,7 +430,7 @@ mod tests {
             env: vec![("GREETING".into(), "hello".into())],
             log_file: Some(log.clone()),
         };
-        let status = spawn(&launch, &CgroupJoin::none())
+        let status = spawn(&launch, CgroupJoin::none())
             .expect("spawn")
             .wait()
             .expect("wait");
@@ -278,9 +452,75 @@ mod tests {
             .open("/dev/full")
             .expect("/dev/full");
         let join = CgroupJoin::new(vec![(PathBuf::from("/dev/full"), OwnedFd::from(full))]);
-        let err = spawn(&launch, &join).expect_err("cannot join");
+        let err = spawn(&launch, join).expect_err("cannot join");
         assert!(err.to_string().contains("/bin/true"), "{err}");
         assert!(err.to_string().contains("/dev/full"), "{err}");
+    }
+
+    /// A placement that looks at the child while it waits: it has not run exec yet (its
+    /// command line is still this test binary's), and it only runs after `place` returned.
+    struct Recording {
+        seen: std::sync::mpsc::Sender<(u32, String)>,
+        fail: bool,
+    }
+
+    impl Placement for Recording {
+        fn place(self: Box<Self>, pid: u32) -> Result<(), CgroupError> {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let _ = self.seen.send((pid, exe));
+            if self.fail {
+                return Err(CgroupError::NoHierarchy {
+                    what: "refused by the test".to_owned(),
+                });
+            }
+            Ok(())
+        }
+
+        fn describe(&self) -> String {
+            "a recording placement".to_owned()
+        }
+    }
+
+    #[test]
+    fn a_placed_child_waits_before_exec_until_it_is_placed() {
+        let (seen, placements) = std::sync::mpsc::channel();
+        let launch = Launch {
+            argv: vec!["/bin/sh".into(), "-c".into(), "exit 7".into()],
+            env: Vec::new(),
+            log_file: None,
+        };
+        let join = CgroupJoin::placed_by(Box::new(Recording { seen, fail: false }));
+        let mut child = spawn(&launch, join).expect("spawn");
+        let (pid, exe) = placements.recv().expect("placed");
+        assert_eq!(pid, child.id(), "the placement got the child's pid");
+        let ours = std::fs::read_link("/proc/self/exe").expect("own exe");
+        assert_eq!(exe, ours.display().to_string(), "placed before exec");
+        assert_eq!(child.wait().expect("wait").code(), Some(7));
+    }
+
+    #[test]
+    fn a_failed_placement_fails_the_start_and_runs_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = dir.path().join("ran");
+        let (seen, placements) = std::sync::mpsc::channel();
+        let launch = Launch {
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!("touch {}", marker.display()),
+            ],
+            env: Vec::new(),
+            log_file: None,
+        };
+        let join = CgroupJoin::placed_by(Box::new(Recording { seen, fail: true }));
+        let err = spawn(&launch, join).expect_err("placement refused");
+        assert!(matches!(err, ProcessError::Placement { .. }), "{err}");
+        assert!(err.to_string().contains("refused by the test"), "{err}");
+        assert!(placements.recv().is_ok());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!marker.exists(), "the command ran without its placement");
     }
 
     #[test]
@@ -291,7 +531,7 @@ mod tests {
             log_file: None,
         };
         assert!(matches!(
-            spawn(&launch, &CgroupJoin::none()),
+            spawn(&launch, CgroupJoin::none()),
             Err(ProcessError::NoCommand)
         ));
     }
@@ -303,7 +543,7 @@ mod tests {
             env: Vec::new(),
             log_file: None,
         };
-        let mut child = spawn(&launch, &CgroupJoin::none()).expect("spawn");
+        let mut child = spawn(&launch, CgroupJoin::none()).expect("spawn");
         std::thread::sleep(std::time::Duration::from_millis(100));
         signal_group(child.id(), libc::SIGKILL).expect("signal");
         let status = child.wait().expect("wait");
@@ -325,8 +565,8 @@ mod adopt_tests {
             env: Vec::new(),
             log_file: None,
         };
-        let mut quick = spawn(&run("exit 3"), &CgroupJoin::none()).expect("spawn");
-        let mut slow = spawn(&run("sleep 30"), &CgroupJoin::none()).expect("spawn");
+        let mut quick = spawn(&run("exit 3"), CgroupJoin::none()).expect("spawn");
+        let mut slow = spawn(&run("sleep 30"), CgroupJoin::none()).expect("spawn");
         let quick_fd = PidFd::open(quick.id()).expect("pidfd_open");
         let slow_fd = PidFd::open(slow.id()).expect("pidfd_open");
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -353,7 +593,7 @@ mod adopt_tests {
             env: Vec::new(),
             log_file: None,
         };
-        let mut child = spawn(&launch, &CgroupJoin::none()).expect("spawn");
+        let mut child = spawn(&launch, CgroupJoin::none()).expect("spawn");
         let pid = child.id();
         assert_eq!(group_leader(&[1_000_000_000, pid]), Some(pid));
         let adopted = AdoptedProcess::adopt(pid).expect("pidfd_open");

@@ -373,7 +373,7 @@ fn start(
     let spawned = cgroups
         .join(&entry.spec.cgroup)
         .map_err(|e| e.to_string())
-        .and_then(|join| process::spawn(&entry.spec.launch, &join).map_err(|e| e.to_string()));
+        .and_then(|join| process::spawn(&entry.spec.launch, join).map_err(|e| e.to_string()));
     match spawned {
         Ok(child) => {
             let pid = child.id();
@@ -624,7 +624,7 @@ mod tests {
             RestartPolicy::Always,
             5000,
         );
-        let mut child = process::spawn(&orphan.launch, &CgroupJoin::none()).expect("spawn");
+        let mut child = process::spawn(&orphan.launch, CgroupJoin::none()).expect("spawn");
         let pid = child.id();
         let mut s = Supervisor::new(fast());
         let event = s

@@ -577,8 +577,7 @@ fn run_join_kill(_ctx: &Context) -> Result<String, String> {
         log_file: Some(log.clone()),
     };
     let join = t.manager.join(&container).map_err(|e| e.to_string())?;
-    let mut child = spawn(&launch, &join).map_err(|e| e.to_string())?;
-    drop(join);
+    let mut child = spawn(&launch, join).map_err(|e| e.to_string())?;
     let pid = child.id();
     let deadline = Instant::now() + std::time::Duration::from_secs(10);
     let wanted = match t.version() {

@@ -15,7 +15,6 @@
 //! qosd runs with `--feedback-period 1s` (decisions within seconds) and a long hold (no
 //! release during the case; release is covered by the unit tests).
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use qosd::cgroup::cpuset::CpuSet;
@@ -66,21 +65,12 @@ impl Scenario {
         for (name, text) in pods {
             std::fs::write(manifests.join(name), text).map_err(|e| format!("{name}: {e}"))?;
         }
-        let path = |p: &Path| p.display().to_string();
-        let args: Vec<String> = vec![
-            "--manifest-dir".into(),
-            path(&manifests),
-            "--kubelet-config".into(),
-            path(&config),
-            "--state-dir".into(),
-            path(&scratch.join("state")),
-            "--container-log-dir".into(),
-            path(&scratch.join("logs")),
-            "--feedback-period".into(),
-            "1s".into(),
-            "--feedback-hold".into(),
-            "600s".into(),
-        ];
+        let args = crate::agent::standalone_args(
+            &scratch,
+            &manifests,
+            &config,
+            &["--feedback-period", "1s", "--feedback-hold", "600s"],
+        );
         let agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
         Ok(Self {
             h,

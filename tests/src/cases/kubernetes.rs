@@ -28,6 +28,8 @@ use crate::containerd::{self, ContainerSpec, Containerd, PodSpec};
 use crate::harness::{Context, Outcome, fail};
 use crate::pod_tree::{self, TempPaths, wait_for};
 
+/// Where the case writes `qosd inspect`'s text report when set.
+const INSPECT_OUT_ENV: &str = "QOSD_SYSTEST_INSPECT_OUT";
 const NODE: &str = "systest-node";
 const NAMESPACE: &str = "systest";
 const SPINNER_UID: &str = "0f0e0d0c-0000-4000-8000-00000000c001";
@@ -407,6 +409,10 @@ fn run(ctx: &Context) -> Result<String, String> {
         .output()
         .map_err(|e| e.to_string())?;
     let text_report = String::from_utf8_lossy(&text_report.stdout).into_owned();
+    // For the docs: the report as an operator sees it.
+    if let Some(path) = std::env::var_os(INSPECT_OUT_ENV) {
+        std::fs::write(&path, &text_report).map_err(|e| format!("{INSPECT_OUT_ENV}: {e}"))?;
+    }
     if listed != 3 || !text_report.contains("PODS") || !text_report.contains("spiky") {
         return Err(with_log(format!(
             "inspect: {listed} pods in JSON; text:\n{text_report}"

@@ -8,6 +8,7 @@ pub(crate) mod numa;
 pub(crate) mod pods;
 pub(crate) mod prometheus;
 pub(crate) mod runqlat;
+pub(crate) mod systemd;
 pub(crate) mod throttle;
 pub(crate) mod topology;
 
@@ -75,6 +76,10 @@ pub(crate) fn all() -> Vec<Case> {
         Case {
             name: "feedback_moves_misplaced_memory_to_the_node_of_the_cpus",
             run: feedback::misplaced_memory_follows_the_cpus,
+        },
+        Case {
+            name: "systemd_driver_units_match_kernel_files_survive_daemon_reload_and_go_at_stop",
+            run: systemd::units_match_kernel_files_survive_reload_and_go_at_stop,
         },
         Case {
             name: "sigterm_detaches_programs_and_exits_zero_within_5s",

@@ -6,6 +6,11 @@
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 export HOME=/root
 
+# The systemd guest: systemd becomes PID 1 and runs the command (see systemd_guest.rs).
+if [ -e /etc/qosd/systemd ]; then
+    exec /lib/systemd/systemd --log-level=warning --show-status=false --log-target=console
+fi
+
 # try_mount TYPE TARGET: mount a pseudo file system; a failure is reported, never fatal.
 try_mount() {
     mkdir -p "$2" 2>/dev/null

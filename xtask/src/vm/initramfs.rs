@@ -30,11 +30,12 @@ const SKELETON: [&str; 14] = [
 /// Builds the initramfs for one run and returns the archive's path.
 pub(super) fn build(
     work_dir: &Path,
-    series: &str,
+    name: &str,
     payload: &[(PathBuf, String)],
     command: &str,
+    systemd: bool,
 ) -> Result<PathBuf> {
-    let root = work_dir.join(format!("{series}-root"));
+    let root = work_dir.join(format!("{name}-root"));
     reset_dir(&root)?;
     for dir in SKELETON {
         create_dir(&root.join(dir))?;
@@ -43,9 +44,12 @@ pub(super) fn build(
     for (host, guest) in payload {
         install_with_libraries(&root, host, guest)?;
     }
+    if systemd {
+        super::systemd_guest::install(&root)?;
+    }
     write_file(&root.join("init"), INIT_SCRIPT, 0o755)?;
     write_file(&root.join(COMMAND_FILE), command, 0o644)?;
-    let archive = work_dir.join(format!("{series}-initramfs.cpio"));
+    let archive = work_dir.join(format!("{name}-initramfs.cpio"));
     pack(&root, &archive)?;
     Ok(archive)
 }
@@ -66,6 +70,18 @@ fn write_file(path: &Path, contents: &str, mode: u32) -> Result<()> {
     fs::write(path, contents).with_context(|| format!("writing {}", path.display()))?;
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
         .with_context(|| format!("setting the mode of {}", path.display()))
+}
+
+/// Writes `contents` at `guest` in the tree (its directories made), with `mode`.
+pub(super) fn write_guest_file(root: &Path, guest: &str, contents: &str, mode: u32) -> Result<()> {
+    let path = guest_path(root, guest)?;
+    create_parent(&path)?;
+    write_file(&path, contents, mode)
+}
+
+/// Copies one host file (not a program: no libraries looked for) to `guest` in the tree.
+pub(super) fn install_file_as_is(root: &Path, host: &Path, guest: &str) -> Result<()> {
+    install_file(root, host, guest)
 }
 
 /// Copies busybox to `/bin/busybox` and links every applet it lists to it.

@@ -21,6 +21,7 @@ mod apt;
 mod initramfs;
 mod kernels;
 mod qemu;
+mod systemd_guest;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -92,7 +93,8 @@ pub(crate) fn work_dir() -> PathBuf {
 }
 
 /// Boots `kernel` with an initramfs holding `payload` (host path, guest path) and runs `command`
-/// with `/bin/sh -c` once the guest's file systems are mounted.
+/// with `/bin/sh -c` once the guest's file systems are mounted; with `systemd`, systemd is
+/// PID 1 and runs it as a service once the system bus is up.
 ///
 /// Build products go to `work_dir` (`<series>-root/`, `<series>-initramfs.cpio`) and the serial
 /// console is streamed to `work_dir/<series>-console.log`, so two runs of the same series must
@@ -103,11 +105,17 @@ pub(crate) fn run_in_guest(
     command: &str,
     timeout: Duration,
     work_dir: &Path,
+    systemd: bool,
 ) -> Result<GuestRun> {
     std::fs::create_dir_all(work_dir)
         .with_context(|| format!("creating VM work directory {}", work_dir.display()))?;
-    let initrd = initramfs::build(work_dir, &kernel.series, payload, command)?;
-    let log = work_dir.join(format!("{}-console.log", kernel.series));
+    let name = if systemd {
+        format!("{}-systemd", kernel.series)
+    } else {
+        kernel.series.clone()
+    };
+    let initrd = initramfs::build(work_dir, &name, payload, command, systemd)?;
+    let log = work_dir.join(format!("{name}-console.log"));
     eprintln!(
         "xtask vm: booting {} ({}), console in {}",
         kernel.series,

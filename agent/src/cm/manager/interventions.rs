@@ -89,7 +89,7 @@ impl ContainerManager {
                 if !feedback.interested(managed.qos, limit.is_some(), mems_pinned) {
                     continue;
                 }
-                let Ok(cgroup) = managed.cgroup.child(&container.name) else {
+                let Ok(cgroup) = self.cgroups.container(&managed.cgroup, &container.name) else {
                     continue;
                 };
                 out.push(Watched {

@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 use crate::pods::model::{Container, RestartPolicy as PodRestartPolicy};
 use crate::runtime::process::{self, Launch};
-use crate::runtime::supervisor::{ContainerKey, ContainerSpec, ContainerState, RestartPolicy};
+use crate::runtime::supervisor::{
+    ContainerKey, ContainerSpec, ContainerState, Event, RestartPolicy,
+};
 
 use super::ContainerManager;
 use super::{Phase, ROOT_OWNER_FILE, container_names, log_event};
@@ -16,6 +18,9 @@ impl ContainerManager {
     pub fn tick(&mut self) {
         for event in self.supervisor.tick(&*self.cgroups) {
             log_event(&event);
+            if let Event::Started { key, .. } = &event {
+                self.index_started(&key.pod_uid, &key.container);
+            }
             self.to_advance.insert(event.key().pod_uid.clone());
         }
         for uid in std::mem::take(&mut self.to_advance) {
@@ -131,7 +136,7 @@ impl ContainerManager {
         let Some(managed) = self.pods.get(uid) else {
             return;
         };
-        let Ok(cgroup) = managed.cgroup.child(&container.name) else {
+        let Ok(cgroup) = self.cgroups.container(&managed.cgroup, &container.name) else {
             return;
         };
         let restart_policy = match (init, managed.pod.spec.restart_policy) {
@@ -188,6 +193,9 @@ impl ContainerManager {
         }
         if let Some(event) = self.supervisor.ensure(&key, &spec, &*self.cgroups) {
             log_event(&event);
+            if matches!(event, Event::Started { .. }) {
+                self.index_started(uid, &container.name);
+            }
         }
     }
 

@@ -56,9 +56,7 @@ impl ContainerManager {
             self.apply(&pod_cgroup, &desired, cause)?,
         )];
         for container in &containers {
-            let name = pod_cgroup
-                .child(&container.name)
-                .map_err(CgroupError::from)?;
+            let name = self.cgroups.container(&pod_cgroup, &container.name)?;
             let cpusets = self.resources.cpusets(uid, &container.name);
             let config = ResourceConfig {
                 cpuset_cpus: cpusets.cpus,
@@ -174,6 +172,29 @@ impl ContainerManager {
     }
 
     /// The kernel id of a cgroup (what the probes record).
+    /// Indexes a container's cgroup again after its process started: the cgroup may be new
+    /// (a systemd scope exists only while its processes do), and with it its kernel id.
+    pub(super) fn index_started(&mut self, uid: &str, container: &str) {
+        let Some(managed) = self.pods.get(uid) else {
+            return;
+        };
+        let Ok(name) = self.cgroups.container(&managed.cgroup, container) else {
+            return;
+        };
+        let workload = Workload {
+            namespace: managed.pod.metadata.namespace.clone(),
+            pod: managed.pod.metadata.name.clone(),
+            container: Some(container.to_owned()),
+            qos_class: managed.qos,
+        };
+        if let Some(id) = self.cgroup_id(&name)
+            && self.ids.get(&name) != Some(&id)
+        {
+            self.ids.insert(name, id);
+            self.index.insert(id, workload);
+        }
+    }
+
     pub(super) fn cgroup_id(&self, name: &CgroupName) -> Option<u64> {
         self.cgroups.id(name).ok().flatten()
     }

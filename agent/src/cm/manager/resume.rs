@@ -39,7 +39,7 @@ impl ContainerManager {
             }
             surviving += 1;
             for container in pod.spec.all_containers() {
-                let Ok(name) = cgroup.child(&container.name) else {
+                let Ok(name) = self.cgroups.container(&cgroup, &container.name) else {
                     continue;
                 };
                 let Some((cpus, mems)) = self.read_cpusets(&name) else {
