@@ -211,10 +211,13 @@ pub(crate) fn throttled_burstable_gets_a_burst(ctx: &Context) -> Outcome {
 }
 
 fn run_burst(ctx: &Context) -> Result<Outcome, String> {
-    // 30 ms of CPU every 300 ms: 10% on average, half the 20% limit, yet each spike needs
-    // more than one period's quota of 20 ms (and fits in the quota plus a burst of it).
+    // 30 ms of CPU every 310 ms: 10% on average, half the 20% limit, yet each spike needs
+    // more than one period's quota of 20 ms (and fits in the quota plus a burst of it). 310,
+    // not 300: a spike train in step with the 100 ms CFS periods keeps its phase, and a
+    // spike that starts 80 to 90 ms into a period is split into two halves under the quota,
+    // every time (never throttled); 310 ms moves each spike 10 ms along the periods.
     let command = format!(
-        "[\"{}\", \"pulse\", \"30\", \"300\", \"600\"]",
+        "[\"{}\", \"pulse\", \"30\", \"310\", \"600\"]",
         ctx.self_exe.display()
     );
     let s = Scenario::start(

@@ -78,8 +78,8 @@ pub(crate) fn all() -> Vec<Case> {
             run: feedback::misplaced_memory_follows_the_cpus,
         },
         Case {
-            name: "systemd_driver_units_match_kernel_files_survive_daemon_reload_and_go_at_stop",
-            run: systemd::units_match_kernel_files_survive_reload_and_go_at_stop,
+            name: "systemd_driver_units_hold_kubelet_values_through_reload_drift_and_stops",
+            run: systemd::units_hold_kubelet_values_through_reload_drift_and_stops,
         },
         Case {
             name: "sigterm_detaches_programs_and_exits_zero_within_5s",

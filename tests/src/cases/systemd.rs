@@ -2,7 +2,8 @@
 //! `cgroupDriver: systemd` starts its slices and the container's scope over D-Bus; the
 //! kernel files hold kubelet's values and `systemctl show` agrees with them; a
 //! `systemctl daemon-reload` leaves every value in place; a value changed behind qosd's back
-//! is put back by reconcile; at stop every unit is gone. Elsewhere (the host is not booted by
+//! is put back by reconcile, and a slice stopped behind its back is started again with its
+//! container; at stop every unit is gone. Elsewhere (the host is not booted by
 //! systemd) the case is skipped with that reason.
 //!
 //! Unit and directory names are spelled here from kubelet's rules (`-` inside a component
@@ -68,7 +69,7 @@ fn systemd_here() -> Option<String> {
     None
 }
 
-pub(crate) fn units_match_kernel_files_survive_reload_and_go_at_stop(ctx: &Context) -> Outcome {
+pub(crate) fn units_hold_kubelet_values_through_reload_drift_and_stops(ctx: &Context) -> Outcome {
     if let Some(reason) = systemd_here() {
         return Outcome::Skip(reason);
     }
@@ -190,6 +191,26 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
     std::thread::sleep(Duration::from_secs(2));
     kernel(&units.pod_dir).map_err(|e| with_log(format!("after the repair and a reload: {e}")))?;
 
+    // The pod's slice stopped behind qosd's back (its container's scope and process with it):
+    // reconcile starts the slice again, the container is started again in a new scope.
+    systemctl(&["stop", &units.pod_unit])?;
+    let restarted = wait_for(
+        "the pod slice and its container back",
+        Duration::from_secs(30),
+        || {
+            let state = show(&units.pod_unit, "ActiveState")?;
+            let procs = read(&units.scope_dir.join("cgroup.procs")).unwrap_or_default();
+            match procs.split_whitespace().next() {
+                Some(new) if state == "active" && new != pid => Ok(new.to_owned()),
+                _ => Err(format!("slice {state}, scope processes [{procs}]")),
+            }
+        },
+    )
+    .map_err(with_log)?;
+    for dir in [&units.pod_dir, &units.scope_dir] {
+        kernel(dir).map_err(|e| with_log(format!("after the slice came back: {e}")))?;
+    }
+
     let (status, took) = agent.stop(libc::SIGTERM, Duration::from_secs(20))?;
     if !status.success() {
         return Err(format!(
@@ -215,7 +236,9 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
     Ok(format!(
         "container pid {pid} in {}; kernel files cpu.weight {WEIGHT}, cpu.max {QUOTA}, memory.max {MEMORY} \
          in the pod slice and the scope; {}; unchanged after daemon-reload; cpu.max written behind qosd's \
-         back restored and kept over a reload; stopped in {took:?} with every unit gone",
+         back restored and kept over a reload; the pod slice stopped behind qosd's back started again \
+         with the container in a new scope (pid {restarted}) and kubelet's values; stopped in {took:?} \
+         with every unit gone",
         units.scope_unit,
         shown.join("; ")
     ))
