@@ -166,6 +166,73 @@ impl ResourceConfig {
     }
 }
 
+/// The settings a config sets, with their values, for people (`qosd inspect`):
+/// `cpu burst 20000 us, cpu.idle 1`; `-` when nothing is set.
+impl fmt::Display for ResourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Destructured so that a new field cannot be forgotten here.
+        let Self {
+            cpu_shares,
+            cpu_quota,
+            cpu_period,
+            cpu_burst,
+            cpu_idle,
+            cpuset_cpus,
+            cpuset_mems,
+            cpuset_memory_migrate,
+            memory_limit,
+            memory_min,
+            memory_low,
+            memory_high,
+            pids_limit,
+            hugetlb_limits,
+        } = self;
+        let mut parts = Vec::new();
+        let mut add = |name: &str, value: Option<String>| {
+            if let Some(value) = value {
+                parts.push(format!("{name} {value}"));
+            }
+        };
+        add("cpu shares", cpu_shares.map(|v| v.to_string()));
+        add("cpu quota", cpu_quota.map(|v| with_unit(v, "us")));
+        add("cpu period", cpu_period.map(|v| format!("{v} us")));
+        add("cpu burst", cpu_burst.map(|v| format!("{v} us")));
+        add("cpu.idle", cpu_idle.map(|v| u8::from(v).to_string()));
+        add("cpus", cpuset_cpus.as_ref().map(ToString::to_string));
+        add(
+            "memory nodes",
+            cpuset_mems.as_ref().map(ToString::to_string),
+        );
+        add(
+            "memory_migrate",
+            cpuset_memory_migrate.map(|v| u8::from(v).to_string()),
+        );
+        add("memory limit", memory_limit.map(|v| with_unit(v, "bytes")));
+        add("memory.min", memory_min.map(|v| format!("{v} bytes")));
+        add("memory.low", memory_low.map(|v| format!("{v} bytes")));
+        add("memory.high", memory_high.map(|v| with_unit(v, "bytes")));
+        add("pids limit", pids_limit.map(|v| v.to_string()));
+        for (size, limit) in hugetlb_limits {
+            add(
+                &format!("hugetlb {size}-byte pages"),
+                Some(with_unit(*limit, "bytes")),
+            );
+        }
+        if parts.is_empty() {
+            return f.write_str("-");
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// `max`, or the value and its unit.
+fn with_unit(limit: Limit, unit: &str) -> String {
+    match limit {
+        Limit::Max => "max".to_owned(),
+        Limit::Value(v) => format!("{v} {unit}"),
+    }
+}
+
 /// kubelet's `MilliCPUToShares`: `milli * 1024 / 1000`, at least [`MIN_SHARES`] (also for a
 /// zero or negative request) and at most [`MAX_SHARES`].
 #[must_use]
@@ -202,6 +269,22 @@ pub fn cpu_shares_to_weight(shares: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_reads_as_its_settings_and_values() {
+        let config = ResourceConfig {
+            cpu_burst: Some(20_000),
+            cpu_idle: Some(true),
+            cpu_quota: Some(Limit::Max),
+            cpuset_mems: Some(CpuSet::parse("1").expect("list")),
+            ..ResourceConfig::default()
+        };
+        assert_eq!(
+            config.to_string(),
+            "cpu quota max, cpu burst 20000 us, cpu.idle 1, memory nodes 1"
+        );
+        assert_eq!(ResourceConfig::default().to_string(), "-");
+    }
 
     #[test]
     fn an_overlay_replaces_only_what_it_sets() {

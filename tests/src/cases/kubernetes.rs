@@ -263,31 +263,37 @@ fn run(ctx: &Context) -> Result<String, String> {
         },
     )
     .map_err(with_log)?;
-    let text = agent.scrape()?;
-    for (family, pod) in [
+    // Resident memory reaches memory.numa_stat as the kernel moves pages onto the cgroup's LRU
+    // lists (per-CPU batches first): a small process's series may take a few scrapes.
+    let families = [
         ("qosd_runqueue_latency_seconds_count", spinner),
         ("qosd_cpu_throttled_periods_total", spinner),
         ("qosd_numa_memory_bytes", &PODS[2]),
-    ] {
-        if sum_series(&text, family, &labels(pod)).is_none() {
-            return Err(with_log(format!(
-                "no {family} series for {} with its pod labels",
-                pod.name
-            )));
+    ];
+    let sandbox = [("pod", "spinner"), ("container", "POD")];
+    let text = wait_for("every family labelled", Duration::from_secs(30), || {
+        let text = agent.scrape()?;
+        for (family, pod) in families {
+            if sum_series(&text, family, &labels(pod)).is_none() {
+                return Err(format!(
+                    "no {family} series for {} with its pod labels",
+                    pod.name
+                ));
+            }
         }
-    }
+        if sum_series(&text, "qosd_numa_memory_bytes", &sandbox).is_none() {
+            return Err(
+                "no qosd_numa_memory_bytes of the spinner's sandbox (container=\"POD\")".into(),
+            );
+        }
+        Ok(text)
+    })
+    .map_err(with_log)?;
     let throttled =
         sum_series(&text, "qosd_cpu_throttled_periods_total", &labels(spinner)).unwrap_or(0.0);
     // The sandbox (its pause process: busybox sleep here) is the pod's, labelled as kubelet's
     // cAdvisor labels it.
-    let sandbox_memory = sum_series(
-        &text,
-        "qosd_numa_memory_bytes",
-        &[("pod", "spinner"), ("container", "POD")],
-    )
-    .ok_or_else(|| {
-        with_log("no qosd_numa_memory_bytes of the spinner's sandbox (container=\"POD\")".into())
-    })?;
+    let sandbox_memory = sum_series(&text, "qosd_numa_memory_bytes", &sandbox).unwrap_or(0.0);
 
     // 2. A hand edit of a kubelet value: drift, not corrected.
     let under_root = |name: &CgroupName| {

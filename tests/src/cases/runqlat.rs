@@ -83,34 +83,27 @@ fn run_waits(ctx: &Context, mode: Option<&str>) -> Result<Option<String>, String
         pin(pid, cpu)?;
     }
     std::thread::sleep(Duration::from_secs(1));
-    let Some(before_kernel) = schedstat_wait(&[a1, a2]) else {
+    let Some(before) = Reading::take(&agent, &cgroups, &[a1, a2], napper)? else {
         return Ok(None);
     };
-    let napper_kernel_before = schedstat_wait(&[napper]).ok_or("no schedstat for the napper")?;
-    let before = histogram(&agent, &cgroups, "crowded")?;
-    let idle_before = histogram(&agent, &cgroups, "idle")?;
-    let napper_before = histogram(&agent, &cgroups, "napper")?;
     std::thread::sleep(Duration::from_secs(3));
-    let after_kernel = schedstat_wait(&[a1, a2]).ok_or("schedstat vanished mid-test")?;
-    let napper_kernel_after = schedstat_wait(&[napper]).ok_or("schedstat vanished mid-test")?;
-    let after = histogram(&agent, &cgroups, "crowded")?;
-    let idle_after = histogram(&agent, &cgroups, "idle")?;
-    let napper_after = histogram(&agent, &cgroups, "napper")?;
+    let after =
+        Reading::take(&agent, &cgroups, &[a1, a2], napper)?.ok_or("schedstat vanished mid-test")?;
     cgroups.wait_all()?;
 
-    let kernel = (after_kernel - before_kernel) as f64 / 1e9;
-    let qosd = after.1 - before.1;
-    let count = after.0 - before.0;
-    let idle_sum = idle_after.1 - idle_before.1;
+    let kernel = after.crowded_kernel - before.crowded_kernel;
+    let qosd = after.crowded.1 - before.crowded.1;
+    let count = after.crowded.0 - before.crowded.0;
+    let idle_sum = after.idle.1 - before.idle.1;
     if kernel < 0.5 {
         return Err(format!(
             "the pinned processes waited only {kernel:.3}s by schedstat; the test cannot judge"
         ));
     }
     let relative = (qosd - kernel).abs() / kernel;
-    let napper_kernel = (napper_kernel_after - napper_kernel_before) as f64 / 1e9;
-    let napper_qosd = napper_after.1 - napper_before.1;
-    let napper_count = napper_after.0 - napper_before.0;
+    let napper_kernel = after.napper_kernel - before.napper_kernel;
+    let napper_qosd = after.napper.1 - before.napper.1;
+    let napper_count = after.napper.0 - before.napper.0;
     let napper_relative = (napper_qosd - napper_kernel).abs() / napper_kernel.max(1e-9);
     let summary = format!(
         "crowded cgroup on CPU {cpu}: qosd {qosd:.4}s over {count} waits vs schedstat {kernel:.4}s ({:.1}% apart); napper woken {napper_count} times: qosd {napper_qosd:.4}s vs schedstat {napper_kernel:.4}s ({:.1}% apart); idle cgroup waited {idle_sum:.6}s",
@@ -325,13 +318,56 @@ fn idle_pairs(text: &str, label: &str) -> f64 {
 }
 
 /// (count, sum in seconds) of a child cgroup's wait histogram; zeros before the first wait.
-fn histogram(agent: &Agent, cgroups: &TestCgroups, child: &str) -> Result<(f64, f64), String> {
-    let text = agent.scrape()?;
+/// The kernel's and qosd's wait totals at one moment: one scrape for every cgroup, between two
+/// schedstat readings whose mean stands for the moment of the scrape (in an emulated guest a
+/// scrape takes hundreds of milliseconds, while the napper keeps waiting about half the time).
+struct Reading {
+    /// schedstat run-queue seconds of the crowded tasks and of the napper.
+    crowded_kernel: f64,
+    napper_kernel: f64,
+    /// (count, sum) of qosd's run-queue latency histogram per cgroup.
+    crowded: (f64, f64),
+    idle: (f64, f64),
+    napper: (f64, f64),
+}
+
+impl Reading {
+    /// `None` when the kernel has no schedstat.
+    fn take(
+        agent: &Agent,
+        cgroups: &TestCgroups,
+        crowded: &[u32],
+        napper: u32,
+    ) -> Result<Option<Self>, String> {
+        let (Some(crowded_before), Some(napper_before)) =
+            (schedstat_wait(crowded), schedstat_wait(&[napper]))
+        else {
+            return Ok(None);
+        };
+        let text = agent.scrape()?;
+        let (Some(crowded_after), Some(napper_after)) =
+            (schedstat_wait(crowded), schedstat_wait(&[napper]))
+        else {
+            return Ok(None);
+        };
+        let mean = |a: u64, b: u64| (a as f64 + b as f64) / 2e9;
+        Ok(Some(Self {
+            crowded_kernel: mean(crowded_before, crowded_after),
+            napper_kernel: mean(napper_before, napper_after),
+            crowded: histogram(&text, cgroups, "crowded"),
+            idle: histogram(&text, cgroups, "idle"),
+            napper: histogram(&text, cgroups, "napper"),
+        }))
+    }
+}
+
+/// (count, sum) of the run-queue latency histogram of `child` in one scrape.
+fn histogram(text: &str, cgroups: &TestCgroups, child: &str) -> (f64, f64) {
     let labels = format!("cgroup=\"{}\"", cgroups.label(child));
-    Ok((
-        sample_value(&text, "qosd_runqueue_latency_seconds_count", &labels).unwrap_or(0.0),
-        sample_value(&text, "qosd_runqueue_latency_seconds_sum", &labels).unwrap_or(0.0),
-    ))
+    (
+        sample_value(text, "qosd_runqueue_latency_seconds_count", &labels).unwrap_or(0.0),
+        sample_value(text, "qosd_runqueue_latency_seconds_sum", &labels).unwrap_or(0.0),
+    )
 }
 
 /// (preemptions, wait seconds) of the pair (victim, preemptor).

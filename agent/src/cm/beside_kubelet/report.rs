@@ -168,7 +168,7 @@ impl BesideKubelet {
             in_force.row([
                 target.to_string(),
                 reader.name(&i.cgroup).unwrap_or_default(),
-                format!("{:?}", i.config.settings()),
+                i.config.to_string(),
             ]);
         }
         let mut sections = vec![pods, containers, drift, unattributed, in_force];
