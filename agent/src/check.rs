@@ -34,6 +34,7 @@ pub fn report() -> String {
             let _ = writeln!(out, "cgroup layout     unknown ({e})");
         }
     }
+    systemd_line(&mut out);
     let _ = writeln!(out, "BTF               {} ({VMLINUX_BTF})", features.btf);
     let _ = writeln!(out, "fentry            {}", features.fentry);
     let _ = writeln!(out, "kprobes           {}", features.kprobes);
@@ -90,6 +91,26 @@ pub fn report() -> String {
     numa_lines(&mut out, layout.as_ref().ok(), v1_cpu);
     feedback_lines(&mut out);
     out
+}
+
+/// Whether `cgroupDriver: systemd` can work here: systemd is PID 1 and answers on the system
+/// bus (qosd asks it for every slice and scope, and beside kubelet for the interventions).
+fn systemd_line(out: &mut String) {
+    use crate::cgroup::systemd::{UnitManager as _, bus::SystemdBus};
+    let line = if std::path::Path::new("/run/systemd/system").is_dir() {
+        match SystemdBus::connect(std::time::Duration::from_secs(5)) {
+            Ok(bus) => format!(
+                "systemd {} on the system bus: cgroupDriver systemd available",
+                bus.version()
+            ),
+            Err(e) => format!(
+                "PID 1, not reachable ({e}): cgroupDriver systemd fails to start, and beside kubelet interventions go to cgroupfs only"
+            ),
+        }
+    } else {
+        "not PID 1 (no /run/systemd/system): cgroupDriver systemd unavailable".to_owned()
+    };
+    let _ = writeln!(out, "systemd           {line}");
 }
 
 /// What the feedback policies can write on this kernel: the kernel structures behind CFS burst

@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 
 use crate::cgroup::name::{CgroupName, NameError};
 use crate::cgroup::settings_writer::SettingsOnlyWriter;
+use crate::cgroup::systemd::{CALL_TIMEOUT, SystemdBackend, UnitManager as _, bus::SystemdBus};
 use crate::cgroup::trees::CgroupTrees;
-use crate::cgroup::{CgroupError, CgroupLayout, CgroupfsBackend, Hierarchies, NameStyle};
+use crate::cgroup::{
+    CgroupError, CgroupLayout, CgroupWriter, CgroupfsBackend, Hierarchies, NameStyle,
+};
 use crate::cm::allocatable::{self, AllocatableError, CgroupLimits, NodeAllocatableConfig};
 use crate::cm::beside_kubelet::expected::KubeletView;
 use crate::cm::beside_kubelet::metrics::BesideKubeletMetrics;
@@ -191,6 +194,7 @@ impl KubernetesMode {
             None
         };
         let view = KubeletView {
+            systemd_driver: driver == CgroupDriver::Systemd,
             policy: PodCgroupPolicy::from_kubelet(&config, layout.v1.is_empty()),
             memory_qos: config.memory_qos() && layout.v1.is_empty(),
             kubepods,
@@ -206,7 +210,8 @@ impl KubernetesMode {
             "beside kubelet"
         );
         let backend = CgroupfsBackend::new(Hierarchies::from_layout(&layout)?, root, style);
-        let writer = SettingsOnlyWriter::new(Box::new(backend), write_rule(&tiers));
+        let backend = intervention_backend(backend, driver, options.feedback.mode);
+        let writer = SettingsOnlyWriter::new(backend, write_rule(&tiers));
         let metrics = BesideKubeletMetrics::register(&registry)?;
         let mut manager = BesideKubelet::new(
             Box::new(writer),
@@ -279,6 +284,34 @@ fn detect_driver(id_root: &Path, root: &CgroupName) -> CgroupDriver {
             "cgroup driver: cgroupfs (no kubepods.slice; give --kubelet-config or --cgroup-driver to be sure)"
         );
         CgroupDriver::Cgroupfs
+    }
+}
+
+/// The backend the feedback's interventions are written through. On kubelet's systemd driver
+/// it asks systemd (`SetUnitProperties` on kubelet's slices and the runtime's scopes), so a
+/// `systemctl daemon-reload` keeps them; the settings systemd has no property for, and every
+/// setting when systemd cannot be reached (then said once as a warning), are written to
+/// cgroupfs, where reconcile writes them again after a reload undid them.
+fn intervention_backend(
+    fs: CgroupfsBackend,
+    driver: CgroupDriver,
+    feedback: FeedbackMode,
+) -> Box<dyn CgroupWriter> {
+    if driver != CgroupDriver::Systemd || feedback == FeedbackMode::Off {
+        return Box::new(fs);
+    }
+    match SystemdBus::connect(CALL_TIMEOUT) {
+        Ok(bus) => {
+            tracing::info!(
+                systemd = bus.version(),
+                "feedback interventions on kubelet's units through systemd's D-Bus API"
+            );
+            Box::new(SystemdBackend::new(fs, Arc::new(bus)))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "systemd not reachable: feedback interventions are written to cgroupfs only, and a systemctl daemon-reload can undo them until reconcile writes them again");
+            Box::new(fs)
+        }
     }
 }
 

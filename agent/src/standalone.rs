@@ -10,7 +10,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cgroup::name::{CgroupName, NameError};
-use crate::cgroup::systemd::{BusError, SystemdBackend, UnitManager as _, bus::SystemdBus};
+use crate::cgroup::systemd::{
+    BusError, CALL_TIMEOUT, SystemdBackend, UnitManager as _, bus::SystemdBus,
+};
 use crate::cgroup::{
     CgroupError, CgroupLayout, CgroupWriter, CgroupfsBackend, Hierarchies, NameStyle,
 };
@@ -54,8 +56,6 @@ pub struct StandaloneOptions {
 }
 
 /// Errors that keep standalone mode from starting.
-/// How long systemd gets for one call or job (runc waits 30 s too).
-const SYSTEMD_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StandaloneError {
@@ -192,7 +192,7 @@ impl Standalone {
         let cgroups: Box<dyn CgroupWriter> = match config.cgroup_driver {
             CgroupDriver::Cgroupfs => Box::new(fs),
             CgroupDriver::Systemd => {
-                let bus = SystemdBus::connect(SYSTEMD_TIMEOUT).map_err(StandaloneError::Systemd)?;
+                let bus = SystemdBus::connect(CALL_TIMEOUT).map_err(StandaloneError::Systemd)?;
                 tracing::info!(
                     systemd = bus.version(),
                     "cgroupDriver systemd: slices and scopes through systemd's D-Bus API"

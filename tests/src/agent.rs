@@ -123,6 +123,20 @@ impl Drop for Agent {
     }
 }
 
+/// A standalone case's inputs under `scratch`: an empty manifest directory and a
+/// KubeletConfiguration of `lines` (YAML, one field per line). Returns both paths.
+pub(crate) fn standalone_inputs(scratch: &Path, lines: &str) -> Result<(PathBuf, PathBuf), String> {
+    let manifests = scratch.join("manifests");
+    std::fs::create_dir_all(&manifests).map_err(|e| format!("{}: {e}", manifests.display()))?;
+    let config = scratch.join("kubelet.yaml");
+    std::fs::write(
+        &config,
+        format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{lines}"),
+    )
+    .map_err(|e| format!("{}: {e}", config.display()))?;
+    Ok((manifests, config))
+}
+
 /// `qosd run` arguments of a standalone case: its manifest directory and KubeletConfiguration,
 /// state and container logs under `scratch`, then `extra`.
 pub(crate) fn standalone_args(

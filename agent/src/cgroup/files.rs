@@ -347,8 +347,12 @@ pub fn plan(
     if let Some(mems) = &config.cpuset_mems {
         push(Setting::CpusetMems, mems.to_string(), Compare::CpuList)?;
     }
-    // The kernel refuses weights for an idle group (it runs at the idle weight); they are
-    // written again once it is not idle.
+    // The kernel refuses weights for an idle group (it runs at the idle weight) and resets
+    // the weight to the default when it stops being idle: cpu.idle goes first, a weight is
+    // written only to a group that is not idle.
+    if let Some(idle) = config.cpu_idle {
+        push(Setting::CpuIdle, u8::from(idle).to_string(), Compare::Exact)?;
+    }
     if let Some(shares) = config.cpu_shares.filter(|_| config.cpu_idle != Some(true)) {
         let value = match version {
             CgroupVersion::V1 => shares.clamp(MIN_SHARES, MAX_SHARES),
@@ -389,9 +393,6 @@ pub fn plan(
     }
     if let Some(burst) = config.cpu_burst {
         push(Setting::CpuBurst, burst.to_string(), Compare::Exact)?;
-    }
-    if let Some(idle) = config.cpu_idle {
-        push(Setting::CpuIdle, u8::from(idle).to_string(), Compare::Exact)?;
     }
     if let Some(min) = config.memory_min {
         push(Setting::MemoryMin, min.to_string(), memory)?;
@@ -544,7 +545,8 @@ mod tests {
         };
         assert_eq!(
             files(&plan(&off, CgroupVersion::V2, PAGE).unwrap()),
-            vec![pair("cpu.weight", "1"), pair("cpu.idle", "0")]
+            vec![pair("cpu.idle", "0"), pair("cpu.weight", "1")],
+            "idle off first: the kernel refuses a weight while idle, and resets it when idle goes"
         );
         let idle_tier = ResourceConfig {
             cpu_idle: Some(true),

@@ -266,9 +266,27 @@ pub fn cpu_shares_to_weight(shares: u64) -> u64 {
     MIN_CPU_WEIGHT + ((shares - MIN_SHARES) * 9999) / (MAX_SHARES - MIN_SHARES)
 }
 
+/// The fewest shares [`cpu_shares_to_weight`] maps to `weight` (clamped to [1, 10000]): how a
+/// v2 weight read back is carried as shares, so writing it gives the same weight.
+#[must_use]
+pub fn cpu_weight_to_shares(weight: u64) -> u64 {
+    let weight = weight.clamp(MIN_CPU_WEIGHT, 10_000);
+    MIN_SHARES + ((weight - MIN_CPU_WEIGHT) * (MAX_SHARES - MIN_SHARES)).div_ceil(9999)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_weight_read_back_as_shares_gives_the_same_weight() {
+        for weight in [1, 2, 4, 39, 100, 9999, 10_000] {
+            assert_eq!(cpu_shares_to_weight(cpu_weight_to_shares(weight)), weight);
+        }
+        // kubelet's BestEffort tier: 2 shares, weight 1.
+        assert_eq!(cpu_weight_to_shares(1), 2);
+        assert_eq!(cpu_shares_to_weight(cpu_weight_to_shares(0)), 1);
+    }
 
     #[test]
     fn a_config_reads_as_its_settings_and_values() {

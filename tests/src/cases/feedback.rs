@@ -50,18 +50,10 @@ impl Scenario {
         let h = Hierarchies::new(prefix)?;
         let scratch = std::env::temp_dir().join(format!("{}-files", h.root_name));
         let files = TempPaths(vec![scratch.clone()]);
-        let manifests = scratch.join("manifests");
-        std::fs::create_dir_all(&manifests).map_err(|e| e.to_string())?;
-        let config = scratch.join("kubelet.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-                 cgroupRoot: /{}\n{kubelet}",
-                h.root_name
-            ),
-        )
-        .map_err(|e| e.to_string())?;
+        let (manifests, config) = crate::agent::standalone_inputs(
+            &scratch,
+            &format!("cgroupRoot: /{}\n{kubelet}", h.root_name),
+        )?;
         for (name, text) in pods {
             std::fs::write(manifests.join(name), text).map_err(|e| format!("{name}: {e}"))?;
         }

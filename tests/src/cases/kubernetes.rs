@@ -30,8 +30,8 @@ use crate::pod_tree::{self, TempPaths, wait_for};
 
 /// Where the case writes `qosd inspect`'s text report when set.
 const INSPECT_OUT_ENV: &str = "QOSD_SYSTEST_INSPECT_OUT";
-const NODE: &str = "systest-node";
-const NAMESPACE: &str = "systest";
+pub(super) const NODE: &str = "systest-node";
+pub(super) const NAMESPACE: &str = "systest";
 const SPINNER_UID: &str = "0f0e0d0c-0000-4000-8000-00000000c001";
 const SPIKY_UID: &str = "0f0e0d0c-0000-4000-8000-00000000c002";
 const IDLE_UID: &str = "0f0e0d0c-0000-4000-8000-00000000c003";
@@ -210,29 +210,9 @@ fn run(ctx: &Context) -> Result<String, String> {
     // qosd beside them.
     let kubeconfig = scratch.join("kubeconfig");
     std::fs::write(&kubeconfig, fake.kubeconfig()).map_err(|e| e.to_string())?;
-    let path = |p: &std::path::Path| p.display().to_string();
     let mut agent = Agent::start_with(
         &ctx.qosd,
-        &[
-            "--pods".into(),
-            "kubernetes".into(),
-            "--node-name".into(),
-            NODE.into(),
-            "--kubeconfig".into(),
-            path(&kubeconfig),
-            "--cgroup-root".into(),
-            format!("/{}", h.root_name),
-            "--cgroup-driver".into(),
-            "cgroupfs".into(),
-            "--kubelet-root".into(),
-            path(&scratch.join("kubelet")),
-            "--reconcile-period".into(),
-            "1s".into(),
-            "--feedback".into(),
-            "on".into(),
-            "--feedback-hold".into(),
-            "600s".into(),
-        ],
+        &beside_kubelet_args(&kubeconfig, &h.root_name, "cgroupfs", &scratch, &[]),
         Duration::from_secs(60),
     )?;
     let with_log = |e: String| format!("{e}\n{}", agent.log_tail());
@@ -457,6 +437,43 @@ fn run(ctx: &Context) -> Result<String, String> {
     Ok(format!(
         "spinner {cpu:.2} CPU-s and {throttled} throttled periods labelled, {sandbox_memory}; drift on {shares_file} reported, not corrected; {burst_detail}; API server away and back: labels kept; inspect {listed} pods; kubelet's values back at stop"
     ))
+}
+
+/// `qosd run` beside kubelet on the played API server (`kubeconfig`): kubelet's cgroups under
+/// `/root` with `driver`'s naming, its root directory and qosd's state under `scratch`, a 1 s
+/// reconcile, the feedback on with a long hold; then `extra`.
+pub(super) fn beside_kubelet_args(
+    kubeconfig: &std::path::Path,
+    root: &str,
+    driver: &str,
+    scratch: &std::path::Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let path = |p: &std::path::Path| p.display().to_string();
+    let mut args = vec![
+        "--pods".to_owned(),
+        "kubernetes".to_owned(),
+        "--node-name".to_owned(),
+        NODE.to_owned(),
+        "--kubeconfig".to_owned(),
+        path(kubeconfig),
+        "--cgroup-root".to_owned(),
+        format!("/{root}"),
+        "--cgroup-driver".to_owned(),
+        driver.to_owned(),
+        "--kubelet-root".to_owned(),
+        path(&scratch.join("kubelet")),
+        "--state-dir".to_owned(),
+        path(&scratch.join("state")),
+        "--reconcile-period".to_owned(),
+        "1s".to_owned(),
+        "--feedback".to_owned(),
+        "on".to_owned(),
+        "--feedback-hold".to_owned(),
+        "600s".to_owned(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    args
 }
 
 /// The sum of `name`'s series whose labels include every `(key, value)` of `with`; `None`

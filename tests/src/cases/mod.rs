@@ -9,6 +9,7 @@ pub(crate) mod pods;
 pub(crate) mod prometheus;
 pub(crate) mod runqlat;
 pub(crate) mod systemd;
+pub(crate) mod systemd_kubelet;
 pub(crate) mod throttle;
 pub(crate) mod topology;
 
@@ -80,6 +81,14 @@ pub(crate) fn all() -> Vec<Case> {
         Case {
             name: "systemd_driver_units_hold_kubelet_values_through_reload_drift_and_stops",
             run: systemd::units_hold_kubelet_values_through_reload_drift_and_stops,
+        },
+        Case {
+            name: "systemd_driver_feedback_interventions_survive_daemon_reload",
+            run: systemd::feedback_interventions_survive_daemon_reload,
+        },
+        Case {
+            name: "systemd_beside_kubelet_interventions_are_unit_properties_and_restored",
+            run: systemd_kubelet::interventions_are_unit_properties_beside_kubelet,
         },
         Case {
             name: "sigterm_detaches_programs_and_exits_zero_within_5s",

@@ -3,8 +3,11 @@
 //! kernel files hold kubelet's values and `systemctl show` agrees with them; a
 //! `systemctl daemon-reload` leaves every value in place; a value changed behind qosd's back
 //! is put back by reconcile, and a slice stopped behind its back is started again with its
-//! container; at stop every unit is gone. Elsewhere (the host is not booted by
-//! systemd) the case is skipped with that reason.
+//! container; at stop every unit is gone. A second case has the feedback cap and idle the
+//! BestEffort tier (crowding a Burstable spinner on one CPU): systemd holds the intervention
+//! as the tier's `CPUQuotaPerSecUSec` and `CPUWeight=idle`, so a `daemon-reload` keeps it
+//! without qosd correcting anything (`qosd_cgroup_drift_corrections_total` unchanged). Elsewhere (the host is not booted by systemd) the
+//! cases are skipped with that reason.
 //!
 //! Unit and directory names are spelled here from kubelet's rules (`-` inside a component
 //! becomes `_`, each component a slice nested in its parent), not from qosd's code.
@@ -12,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, http_get, sample_value};
 use crate::harness::{Context, Outcome, fail};
 use crate::pod_tree::{TempPaths, wait_for};
 
@@ -56,7 +59,7 @@ impl Units {
 }
 
 /// Skips unless systemd is PID 1 on cgroup v2.
-fn systemd_here() -> Option<String> {
+pub(super) fn systemd_here() -> Option<String> {
     if !Path::new("/run/systemd/system").is_dir() {
         return Some(
             "systemd is not PID 1 here (no /run/systemd/system); the systemd guest runs this case"
@@ -88,17 +91,10 @@ pub(crate) fn units_hold_kubelet_values_through_reload_drift_and_stops(ctx: &Con
 }
 
 fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<String, String> {
-    let manifests = scratch.join("manifests");
-    std::fs::create_dir_all(&manifests).map_err(|e| e.to_string())?;
-    let config = scratch.join("kubelet.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             cgroupDriver: systemd\ncgroupRoot: /{root}\n"
-        ),
-    )
-    .map_err(|e| e.to_string())?;
+    let (manifests, config) = crate::agent::standalone_inputs(
+        scratch,
+        &format!("cgroupDriver: systemd\ncgroupRoot: /{root}\n"),
+    )?;
     std::fs::write(
         manifests.join("pod.yaml"),
         format!(
@@ -118,6 +114,22 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
     );
     let mut agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
     let with_log = |e: String| format!("{e}\n--- qosd log ---\n{}", agent.log_tail());
+
+    let check = Command::new(&ctx.qosd)
+        .arg("check")
+        .output()
+        .map_err(|e| format!("qosd check: {e}"))?;
+    let check = String::from_utf8_lossy(&check.stdout).into_owned();
+    let systemd_line = check
+        .lines()
+        .find(|l| l.starts_with("systemd "))
+        .unwrap_or_default()
+        .to_owned();
+    if !systemd_line.contains("cgroupDriver systemd available") {
+        return Err(format!(
+            "qosd check's systemd line: {systemd_line:?}\n{check}"
+        ));
+    }
 
     let pid = wait_for(
         "the container's process in its scope",
@@ -234,11 +246,12 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
         ));
     }
     Ok(format!(
-        "container pid {pid} in {}; kernel files cpu.weight {WEIGHT}, cpu.max {QUOTA}, memory.max {MEMORY} \
+        "qosd check: {:?}; container pid {pid} in {}; kernel files cpu.weight {WEIGHT}, cpu.max {QUOTA}, memory.max {MEMORY} \
          in the pod slice and the scope; {}; unchanged after daemon-reload; cpu.max written behind qosd's \
          back restored and kept over a reload; the pod slice stopped behind qosd's back started again \
          with the container in a new scope (pid {restarted}) and kubelet's values; stopped in {took:?} \
          with every unit gone",
+        systemd_line.trim(),
         units.scope_unit,
         shown.join("; ")
     ))
@@ -250,7 +263,7 @@ fn read(path: &Path) -> Result<String, String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn systemctl(args: &[&str]) -> Result<String, String> {
+pub(super) fn systemctl(args: &[&str]) -> Result<String, String> {
     let out = Command::new("systemctl")
         .args(args)
         .output()
@@ -266,8 +279,203 @@ fn systemctl(args: &[&str]) -> Result<String, String> {
 }
 
 /// One property of a unit as `systemctl show` prints it.
-fn show(unit: &str, property: &str) -> Result<String, String> {
+pub(super) fn show(unit: &str, property: &str) -> Result<String, String> {
     Ok(systemctl(&["show", "--value", "-p", property, unit])?
         .trim()
         .to_owned())
+}
+
+const VICTIM_UID: &str = "0f0e0d0c-0000-4000-8000-0000000000d2";
+const NOISY_UID: &str = "0f0e0d0c-0000-4000-8000-0000000000d3";
+
+pub(crate) fn feedback_interventions_survive_daemon_reload(ctx: &Context) -> Outcome {
+    if let Some(reason) = systemd_here() {
+        return Outcome::Skip(reason);
+    }
+    let root = format!("qosd-systest-sdf{}", std::process::id());
+    let slice = root.replace('-', "_");
+    let scratch = std::env::temp_dir().join(format!("{root}-files"));
+    let _files = TempPaths(vec![scratch.clone()]);
+    let outcome = run_feedback(ctx, &root, &scratch);
+    let _ = systemctl(&["stop", &format!("{slice}.slice")]);
+    match outcome {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(e) => fail(e),
+    }
+}
+
+fn run_feedback(ctx: &Context, root: &str, scratch: &Path) -> Result<String, String> {
+    let slice = root.replace('-', "_");
+    let tier_unit = format!("{slice}-kubepods-besteffort.slice");
+    let tier_dir = Path::new("/sys/fs/cgroup")
+        .join(format!("{slice}.slice"))
+        .join(format!("{slice}-kubepods.slice"))
+        .join(&tier_unit);
+    let (manifests, config) = crate::agent::standalone_inputs(
+        scratch,
+        &format!("cgroupDriver: systemd\ncgroupRoot: /{root}\n"),
+    )?;
+    let exe = ctx.self_exe.display().to_string();
+    let pod = |uid: &str, name: &str, command: &str, resources: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: systest, uid: {uid}}}\n\
+             spec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    \
+             command: {command}\n    resources: {resources}\n"
+        )
+    };
+    // As the feedback case: a Burstable spinner whose 10m request gives its tier little
+    // weight, and four BestEffort spinners, all on one CPU.
+    for (file, text) in [
+        (
+            "victim.yaml",
+            pod(
+                VICTIM_UID,
+                "victim",
+                &format!("[\"{exe}\", \"spin\", \"600\"]"),
+                "{requests: {cpu: 10m}}",
+            ),
+        ),
+        (
+            "noisy.yaml",
+            pod(
+                NOISY_UID,
+                "noisy",
+                &format!(
+                    "[\"/bin/sh\", \"-c\", \"for i in 1 2 3 4; do {exe} spin 600 & done; wait\"]"
+                ),
+                "{}",
+            ),
+        ),
+    ] {
+        std::fs::write(manifests.join(file), text).map_err(|e| e.to_string())?;
+    }
+    let args = crate::agent::standalone_args(
+        scratch,
+        &manifests,
+        &config,
+        &["--feedback-period", "1s", "--feedback-hold", "600s"],
+    );
+    let mut agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
+    let with_log = |e: String| format!("{e}\n--- qosd log ---\n{}", agent.log_tail());
+
+    let scope_procs = |tier: &str, uid: &str| -> Result<Vec<u32>, String> {
+        let pod_unit = format!("{slice}-kubepods-{tier}-pod{}.slice", uid.replace('-', "_"));
+        let mut dir = Path::new("/sys/fs/cgroup")
+            .join(format!("{slice}.slice"))
+            .join(format!("{slice}-kubepods.slice"));
+        if tier != "guaranteed" {
+            dir.push(format!("{slice}-kubepods-{tier}.slice"));
+        }
+        let procs = read(
+            &dir.join(pod_unit)
+                .join(format!("qosd-pod{uid}-c.scope/cgroup.procs")),
+        )
+        .unwrap_or_default();
+        Ok(procs
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect())
+    };
+    let victim = wait_for("the victim's process", Duration::from_secs(30), || {
+        scope_procs("burstable", VICTIM_UID)?
+            .first()
+            .copied()
+            .ok_or_else(|| "none yet".to_owned())
+    })
+    .map_err(with_log)?;
+    let noisy = wait_for("the five noisy processes", Duration::from_secs(30), || {
+        let pids = scope_procs("besteffort", NOISY_UID)?;
+        if pids.len() >= 5 {
+            Ok(pids)
+        } else {
+            Err(format!("{} of 5", pids.len()))
+        }
+    })
+    .map_err(with_log)?;
+    let cpu = crate::workload::last_allowed_cpu()?;
+    for pid in noisy.into_iter().chain([victim]) {
+        crate::workload::pin(pid, cpu)?;
+    }
+
+    wait_for("a besteffort_cpu decision", Duration::from_secs(60), || {
+        let text = agent.scrape()?;
+        let count = |action: &str| {
+            sample_value(
+                &text,
+                "qosd_feedback_decisions_total",
+                &format!("action=\"{action}\",policy=\"besteffort_cpu\""),
+            )
+            .unwrap_or(0.0)
+        };
+        if count("apply") >= 1.0 {
+            Ok(())
+        } else {
+            Err(format!("none yet (unavailable: {})", count("unavailable")))
+        }
+    })
+    .map_err(with_log)?;
+    // The intervention as the kernel and systemd hold it.
+    let held = || -> Result<(String, String, String, String), String> {
+        let idle = read(&tier_dir.join("cpu.idle"))?;
+        let max = read(&tier_dir.join("cpu.max"))?;
+        let weight = show(&tier_unit, "CPUWeight")?;
+        let quota = show(&tier_unit, "CPUQuotaPerSecUSec")?;
+        Ok((idle, max, weight, quota))
+    };
+    let before = wait_for(
+        "the tier idle and capped, in its files and its unit",
+        Duration::from_secs(15),
+        || {
+            let (idle, max, weight, quota) = held()?;
+            if idle == "1" && !max.starts_with("max") && weight == "idle" && quota != "infinity" {
+                Ok((idle, max, weight, quota))
+            } else {
+                Err(format!(
+                    "cpu.idle {idle}, cpu.max {max}, CPUWeight={weight}, CPUQuotaPerSecUSec={quota}"
+                ))
+            }
+        },
+    )
+    .map_err(with_log)?;
+    // What reconcile writes again is counted here: unchanged means systemd kept the values.
+    let corrections = |text: &str| -> f64 {
+        sample_value(text, "qosd_cgroup_drift_corrections_total", "").unwrap_or(0.0)
+    };
+    let corrections_before = corrections(&agent.scrape()?);
+
+    systemctl(&["daemon-reload"])?;
+    std::thread::sleep(Duration::from_secs(2));
+    let after = held()?;
+    // Judged before qosd's next reconcile could have written anything again.
+    let corrections_after = corrections(&agent.scrape()?);
+    if after != before || corrections_after != corrections_before {
+        return Err(with_log(format!(
+            "after systemctl daemon-reload: {after:?}, before {before:?}; qosd_cgroup_drift_corrections_total {corrections_before} -> {corrections_after}"
+        )));
+    }
+    let decision = http_get(agent.addr, "/inspect")
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|r| {
+            r["data"]["decisions"]
+                .as_array()?
+                .iter()
+                .find(|d| d["policy"] == "besteffort_cpu")
+                .map(|d| d["change"].as_str().unwrap_or_default().to_owned())
+        })
+        .unwrap_or_default();
+
+    let (status, _) = agent.stop(libc::SIGTERM, Duration::from_secs(20))?;
+    if !status.success() {
+        return Err(format!(
+            "qosd exited with {status} on SIGTERM\n{}",
+            agent.log_tail()
+        ));
+    }
+    let (idle, max, weight, quota) = before;
+    Ok(format!(
+        "besteffort_cpu applied ({decision}); {tier_unit}: cpu.idle {idle}, cpu.max {max}, \
+         CPUWeight={weight}, CPUQuotaPerSecUSec={quota}; the same after systemctl daemon-reload, \
+         with qosd_cgroup_drift_corrections_total unchanged ({corrections_after})"
+    ))
 }

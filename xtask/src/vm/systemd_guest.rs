@@ -20,9 +20,10 @@ use super::initramfs::{install_file_as_is, install_with_libraries, write_guest_f
 pub(super) const MARKER: &str = "etc/qosd/systemd";
 
 /// Host programs the systemd guest runs.
-const PROGRAMS: [&str; 3] = [
+const PROGRAMS: [&str; 4] = [
     "/lib/systemd/systemd",
     "/usr/bin/systemctl",
+    "/usr/bin/systemd-run",
     "/usr/bin/dbus-daemon",
 ];
 

@@ -50,6 +50,9 @@ pub trait UnitManager: Send + Sync {
     fn stop(&self, unit: &str) -> Result<(), BusError>;
 }
 
+/// How long each call to systemd, and each job it starts, may take (runc waits 30 s too).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long systemd gets to enable a started unit's controllers.
 const CONTROLLERS_WITHIN: Duration = Duration::from_secs(5);
 
@@ -196,24 +199,32 @@ fn write_files(
     effective: &ResourceConfig,
 ) -> Result<UpdateReport, CgroupError> {
     if fs.version() == CgroupVersion::V2 {
-        // systemd reports the job done before its realize queue has enabled the unit's
-        // controllers in the parents' cgroup.subtree_control: a required one not there yet
-        // is waited for.
-        let deadline = Instant::now() + CONTROLLERS_WITHIN;
-        loop {
-            match fs.update(name, effective) {
-                Err(CgroupError::ControllerMissing { .. }) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                other => return other,
-            }
-        }
+        return update_when_enabled(fs, name, effective);
     }
     let created = fs.create(name, effective)?;
     Ok(UpdateReport {
         written: created.written,
         skipped: created.skipped,
     })
+}
+
+/// Writes `effective` to a v2 cgroup systemd has just been asked about. systemd answers (and
+/// reports a job done) before its realize queue has enabled the unit's controllers in the
+/// parents' `cgroup.subtree_control`: a required one not there yet is waited for.
+fn update_when_enabled(
+    fs: &CgroupfsBackend,
+    name: &CgroupName,
+    effective: &ResourceConfig,
+) -> Result<UpdateReport, CgroupError> {
+    let deadline = Instant::now() + CONTROLLERS_WITHIN;
+    loop {
+        match fs.update(name, effective) {
+            Err(CgroupError::ControllerMissing { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The start of a container scope around its first process (see [`CgroupJoin::placed_by`]).
@@ -313,7 +324,7 @@ impl CgroupJoiner for SystemdBackend {
     /// joined through its `cgroup.procs` files.
     fn join(&self, name: &CgroupName) -> Result<CgroupJoin, CgroupError> {
         self.owned(name)?;
-        if !is_scope_name(name) || self.fs.exists(name)? {
+        if !is_own_scope(name) || self.fs.exists(name)? {
             return self.fs.join(name);
         }
         Ok(CgroupJoin::placed_by(Box::new(self.scope_start(name)?)))
@@ -329,7 +340,7 @@ impl CgroupWriter for SystemdBackend {
         config: &ResourceConfig,
     ) -> Result<CreateReport, CgroupError> {
         self.owned(name)?;
-        if is_scope_name(name) {
+        if is_own_scope(name) {
             self.pending
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -369,7 +380,7 @@ impl CgroupWriter for SystemdBackend {
         name: &CgroupName,
         config: &ResourceConfig,
     ) -> Result<UpdateReport, CgroupError> {
-        let scope = is_scope_name(name);
+        let scope = is_own_scope(name);
         if scope {
             self.pending
                 .lock()
@@ -380,26 +391,42 @@ impl CgroupWriter for SystemdBackend {
             }
         }
         let mapped = self.map(config);
-        let differences = self.fs.compare(name, &mapped.effective)?;
-        if differences.is_empty() {
-            return Ok(UpdateReport::default());
+        let send = match self.fs.compare(name, &mapped.effective) {
+            Ok(differences) if differences.is_empty() => return Ok(UpdateReport::default()),
+            Ok(differences) => {
+                // Files that differ may be files that are not there: a unit must not be given
+                // properties (which would load it, stopped) for a cgroup that does not exist.
+                if !self.fs.exists(name)? {
+                    return Err(CgroupError::Missing {
+                        name: name.to_string(),
+                        path: self.dirs(name)?.into_iter().next().unwrap_or_default(),
+                    });
+                }
+                differing(&mapped, &differences)
+            }
+            // The unit has no property of that controller yet (a scope another manager
+            // started without one): systemd enables it with the properties.
+            Err(CgroupError::ControllerMissing { .. })
+                if self.fs.version() == CgroupVersion::V2 =>
+            {
+                mapped.properties.clone()
+            }
+            Err(e) => return Err(e),
+        };
+        if send.is_empty() {
+            return self.fs.update(name, &mapped.effective);
         }
-        // Files that differ may be files that are not there: a unit must not be given
-        // properties (which would load it, stopped) for a cgroup that does not exist.
-        if !self.fs.exists(name)? {
-            return Err(CgroupError::Missing {
-                name: name.to_string(),
-                path: self.dirs(name)?.into_iter().next().unwrap_or_default(),
-            });
+        let unit = self.unit(name)?;
+        self.bus
+            .set_properties(&unit, &send)
+            .map_err(Self::systemd(name))?;
+        // A property can be the unit's first of its controller (a scope another manager
+        // started without it), which systemd enables after answering.
+        if self.fs.version() == CgroupVersion::V2 {
+            update_when_enabled(&self.fs, name, &mapped.effective)
+        } else {
+            self.fs.update(name, &mapped.effective)
         }
-        let send = differing(&mapped, &differences);
-        if !send.is_empty() {
-            let unit = self.unit(name)?;
-            self.bus
-                .set_properties(&unit, &send)
-                .map_err(Self::systemd(name))?;
-        }
-        self.fs.update(name, &mapped.effective)
     }
 
     /// Stops the unit (systemd stops the units below a slice and removes their cgroups),
@@ -431,7 +458,7 @@ impl CgroupWriter for SystemdBackend {
     /// is joined through its files.
     fn attach(&self, name: &CgroupName, pid: u32) -> Result<Vec<PathBuf>, CgroupError> {
         self.owned(name)?;
-        if is_scope_name(name) && !self.fs.exists(name)? {
+        if is_own_scope(name) && !self.fs.exists(name)? {
             Box::new(self.scope_start(name)?).place(pid)?;
             return Ok(self
                 .dirs(name)?
@@ -447,9 +474,13 @@ impl CgroupWriter for SystemdBackend {
     }
 }
 
-/// True for a container scope's name.
-fn is_scope_name(name: &CgroupName) -> bool {
-    name.components().last().is_some_and(|c| is_scope(c))
+/// True for the name of a container scope qosd starts ([`SystemdBackend::container_scope`]).
+/// Other scopes (a runtime's `cri-containerd-<id>.scope` beside kubelet) are units like any
+/// other: their properties are set, nothing is recorded for a later start.
+fn is_own_scope(name: &CgroupName) -> bool {
+    name.components()
+        .last()
+        .is_some_and(|c| is_scope(c) && c.starts_with(&format!("{SCOPE_PREFIX}-")))
 }
 
 /// The properties of `mapped` that carry a setting in `differences`.

@@ -8,10 +8,11 @@
 //! `systemctl daemon-reload` (which re-applies every unit's properties from its drop-ins):
 //!
 //! - the CPU quota is sent per second of CPU rounded up to what systemd's drop-in keeps
-//!   (`CPUQuota=` with two decimals of a percent: 100 µs per second), not to runc's 10 ms.
-//!   kubelet's quotas (milli-CPU × period / 1000) are multiples of it, so systemd's
-//!   `quota = per-second × period / 1 s` gives the kernel the cgroupfs backend's value; any
-//!   other quota (a feedback cap) gets at most 10 µs more per 100 ms period, and
+//!   (`CPUQuota=` as a whole percent, truncated: 10 ms per second; runc rounds the same way),
+//!   and the kernel files get what systemd writes from it (`quota = per-second × period /
+//!   1 s`), not the exact quota runc writes after the call: a `daemon-reload` would put
+//!   systemd's value back. kubelet's quotas of whole tens of milli-CPU are exact; any other
+//!   quota (a feedback cap, a 15m limit) is up to 1 ms per 100 ms period higher, and
 //!   [`Mapped::effective`] says so;
 //! - `cpu.idle` on v2 is `CPUWeight=idle` (0) from systemd 252, which writes `cpu.idle` and
 //!   resets it at every reload when the weight is not idle; before 252 systemd never touches
@@ -28,8 +29,10 @@ use super::super::resources::{Limit, QUOTA_PERIOD, ResourceConfig, cpu_shares_to
 pub const INFINITY: u64 = u64::MAX;
 /// `CPUWeight=idle` (systemd 252+ on v2): the cgroup gets `cpu.idle` 1.
 pub const CPU_WEIGHT_IDLE: u64 = 0;
-/// What systemd's drop-in keeps of `CPUQuotaPerSecUSec`: 0.01% of a CPU, in µs per second.
-pub const QUOTA_PER_SEC_RESOLUTION: u64 = 100;
+/// What systemd's drop-in keeps of `CPUQuotaPerSecUSec`: 1% of a CPU, in µs per second.
+/// Measured on systemd 252 in the systemd guest (248.2 ms per second came back as 240 ms after
+/// a `daemon-reload`); runc rounds up to the same step.
+pub const QUOTA_PER_SEC_RESOLUTION: u64 = 10_000;
 const USEC_PER_SEC: u64 = 1_000_000;
 
 /// First systemd versions with a property.

@@ -16,9 +16,28 @@ use crate::cgroup::resources::Limit;
 struct FakeSystemd {
     mount: PathBuf,
     calls: Mutex<Vec<String>>,
+    /// Refuses every call with this message (a policy denying the caller, say).
+    refuse: Mutex<Option<&'static str>>,
 }
 
 impl FakeSystemd {
+    fn refused(
+        &self,
+        unit: &str,
+        method: &'static str,
+        props: &[Property],
+    ) -> Result<(), BusError> {
+        match *self.refuse.lock().unwrap() {
+            Some(message) => Err(BusError::Call {
+                unit: unit.to_owned(),
+                method,
+                properties: names(props),
+                source: Box::new(zbus::Error::Failure(message.to_owned())),
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn calls(&self) -> Vec<String> {
         std::mem::take(&mut *self.calls.lock().unwrap())
     }
@@ -87,6 +106,7 @@ impl UnitManager for FakeSystemd {
         resources: &[Property],
         pids: &[u32],
     ) -> Result<(), BusError> {
+        self.refused(unit, "StartTransientUnit", resources)?;
         let pids = if pids.is_empty() {
             String::new()
         } else {
@@ -101,6 +121,7 @@ impl UnitManager for FakeSystemd {
     }
 
     fn set_properties(&self, unit: &str, properties: &[Property]) -> Result<(), BusError> {
+        self.refused(unit, "SetUnitProperties", properties)?;
         self.calls
             .lock()
             .unwrap()
@@ -109,6 +130,7 @@ impl UnitManager for FakeSystemd {
     }
 
     fn stop(&self, unit: &str) -> Result<(), BusError> {
+        self.refused(unit, "StopUnit", &[])?;
         self.calls.lock().unwrap().push(format!("stop {unit}"));
         if let Some(dir) = self.find(unit) {
             fs::remove_dir_all(dir).unwrap();
@@ -127,6 +149,7 @@ fn fixture() -> (
     let fake = Arc::new(FakeSystemd {
         mount: dir.path().to_owned(),
         calls: Mutex::new(Vec::new()),
+        refuse: Mutex::new(None),
     });
     let root = CgroupName::new(["qosd-test"]).unwrap();
     let fs = CgroupfsBackend::new(
@@ -285,4 +308,129 @@ fn names_outside_the_root_are_refused() {
         Err(CgroupError::OutsideRoot { .. })
     ));
     assert!(fake.calls().is_empty());
+}
+
+/// Beside kubelet the feedback writes onto kubelet's slices and the runtime's scopes: their
+/// properties are set (so a reload keeps them), a scope of another manager is not one qosd
+/// starts, and an idle tier gets its weight back as a property when idle is lifted.
+#[test]
+fn units_of_others_get_properties_and_an_idle_tier_its_weight_back() {
+    let (dir, backend, fake, root) = fixture();
+    let tier = root.join(["kubepods", "besteffort"]).unwrap();
+    let scope = root
+        .join(["kubepods", "burstable", "pod1", "cri-containerd-abc.scope"])
+        .unwrap();
+    let tier_dir = dir
+        .path()
+        .join("qosd_test.slice/qosd_test-kubepods.slice/qosd_test-kubepods-besteffort.slice");
+    let scope_dir = dir.path().join(
+        "qosd_test.slice/qosd_test-kubepods.slice/qosd_test-kubepods-burstable.slice/qosd_test-kubepods-burstable-pod1.slice/cri-containerd-abc.scope",
+    );
+    for (d, file, value) in [
+        (&tier_dir, "cpu.weight", "1"),
+        (&tier_dir, "cpu.idle", "0"),
+        (&tier_dir, "cpu.max", "max 100000"),
+        (&scope_dir, "cpuset.mems", ""),
+        (&scope_dir, "cpu.max.burst", "0"),
+    ] {
+        fs::create_dir_all(d).unwrap();
+        fs::write(d.join(file), value).unwrap();
+    }
+
+    let suppress = ResourceConfig {
+        cpu_idle: Some(true),
+        cpu_quota: Some(Limit::Value(5_000)),
+        ..ResourceConfig::default()
+    };
+    backend.update(&tier, &suppress).unwrap();
+    assert_eq!(
+        fake.calls(),
+        ["set qosd_test-kubepods-besteffort.slice CPUWeight=0,CPUQuotaPerSecUSec=50000"],
+        "CPUWeight=idle holds cpu.idle through a reload"
+    );
+    assert_eq!(fs::read_to_string(tier_dir.join("cpu.idle")).unwrap(), "1");
+    let lifted = ResourceConfig {
+        cpu_idle: Some(false),
+        cpu_shares: Some(2),
+        cpu_quota: Some(Limit::Max),
+        ..ResourceConfig::default()
+    };
+    backend.update(&tier, &lifted).unwrap();
+    assert_eq!(
+        fake.calls(),
+        [format!(
+            "set qosd_test-kubepods-besteffort.slice CPUWeight=1,CPUQuotaPerSecUSec={}",
+            properties::INFINITY
+        )]
+    );
+
+    let near = ResourceConfig {
+        cpuset_mems: Some(crate::cgroup::CpuSet::parse("1").unwrap()),
+        cpu_burst: Some(20_000),
+        ..ResourceConfig::default()
+    };
+    backend.update(&scope, &near).unwrap();
+    assert_eq!(
+        fake.calls(),
+        ["set cri-containerd-abc.scope AllowedMemoryNodes"],
+        "the burst has no property: written to the scope's files only"
+    );
+    assert_eq!(
+        fs::read_to_string(scope_dir.join("cpu.max.burst")).unwrap(),
+        "20000"
+    );
+    assert_eq!(
+        fs::read_to_string(scope_dir.join("cpuset.mems")).unwrap(),
+        "1"
+    );
+    assert!(
+        backend.pending.lock().unwrap().is_empty(),
+        "nothing recorded for a scope qosd does not start"
+    );
+}
+
+/// systemd refusing a call (a bus policy, a unit it will not change) is an error naming the
+/// cgroup, the unit, the method and the properties; nothing is written behind its back.
+#[test]
+fn a_refusal_names_the_unit_and_the_properties_and_writes_nothing() {
+    let (dir, backend, fake, root) = fixture();
+    let pod = root.join(["kubepods", "pod1"]).unwrap();
+    backend.create(&pod, &burstable()).unwrap();
+    let pod_dir = dir
+        .path()
+        .join("qosd_test.slice/qosd_test-kubepods.slice/qosd_test-kubepods-pod1.slice");
+    fs::write(pod_dir.join("cpu.max"), "max 100000").unwrap();
+    *fake.refuse.lock().unwrap() = Some("Access denied");
+    let error = backend.update(&pod, &burstable()).unwrap_err().to_string();
+    for part in [
+        "qosd_test-kubepods-pod1.slice",
+        "SetUnitProperties",
+        "CPUQuotaPerSecUSec",
+        "Access denied",
+    ] {
+        assert!(error.contains(part), "{part} not in: {error}");
+    }
+    assert_eq!(
+        fs::read_to_string(pod_dir.join("cpu.max")).unwrap(),
+        "max 100000",
+        "not written behind systemd's back"
+    );
+    let other = root.join(["kubepods", "pod2"]).unwrap();
+    let error = backend
+        .create(&other, &burstable())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("StartTransientUnit"), "{error}");
+    assert!(
+        !dir.path()
+            .join("qosd_test.slice/qosd_test-kubepods.slice/qosd_test-kubepods-pod2.slice")
+            .exists()
+    );
+    *fake.refuse.lock().unwrap() = None;
+    backend.update(&pod, &burstable()).unwrap();
+    assert_eq!(
+        fs::read_to_string(pod_dir.join("cpu.max")).unwrap(),
+        "20000 100000",
+        "the next reconcile, systemd answering again"
+    );
 }

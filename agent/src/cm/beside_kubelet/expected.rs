@@ -31,6 +31,9 @@ pub struct KubeletView {
     pub memory_manager_policy: String,
     /// kubelet's root directory (`/var/lib/kubelet`), where its checkpoints are.
     pub kubelet_root: PathBuf,
+    /// kubelet's systemd driver: runc writes a quota exactly, systemd writes it again rounded
+    /// up to a whole percent of a CPU at every reload; either is kubelet's value.
+    pub systemd_driver: bool,
 }
 
 /// Where a checked cgroup sits.
@@ -230,6 +233,7 @@ mod tests {
 
     fn view() -> KubeletView {
         KubeletView {
+            systemd_driver: false,
             policy: PodCgroupPolicy {
                 enforce_cpu_limits: true,
                 cpu_period_us: 100_000,

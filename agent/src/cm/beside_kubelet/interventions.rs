@@ -4,14 +4,18 @@
 //! intervention is lifted, when its pod is being deleted, and when qosd stops. kubelet (or
 //! anyone) writing a file back while an intervention holds is seen at the next check, counted
 //! in `qosd_feedback_reverted_total{policy}` and written again.
+//!
+//! An idle intervention also holds the cgroup's weight: the kernel runs an idle group at the
+//! idle weight and resets its weight to the default when it stops being idle, so kubelet's
+//! weight is recorded with `cpu.idle` and written back after it.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::cgroup::CpuSet;
 use crate::cgroup::backend::{CgroupError, CgroupReader, CgroupWriter};
-use crate::cgroup::files::Setting;
+use crate::cgroup::files::{CgroupVersion, Setting};
 use crate::cgroup::name::CgroupName;
-use crate::cgroup::resources::{Limit, ResourceConfig};
+use crate::cgroup::resources::{Limit, ResourceConfig, cpu_weight_to_shares};
 use crate::feedback::{ContainerRef, besteffort, burst, numa_align};
 
 /// What an intervention is laid on.
@@ -101,6 +105,7 @@ fn setting_key(setting: Setting) -> &'static str {
     match setting {
         Setting::CpuBurst => "cpu_burst",
         Setting::CpuIdle => "cpu_idle",
+        Setting::CpuShares => "cpu_shares",
         Setting::CpuQuota => "cpu_quota",
         Setting::CpusetMems => "cpuset_mems",
         Setting::CpusetMemoryMigrate => "cpuset_memory_migrate",
@@ -112,6 +117,7 @@ fn setting_of_key(key: &str) -> Option<Setting> {
     [
         Setting::CpuBurst,
         Setting::CpuIdle,
+        Setting::CpuShares,
         Setting::CpuQuota,
         Setting::CpusetMems,
         Setting::CpusetMemoryMigrate,
@@ -175,7 +181,9 @@ impl Interventions {
                 path: path.clone(),
                 source,
             })?;
-        let mut restored = 0;
+        // One config per cgroup: its settings are written together, in the kernel's order
+        // (an idle group's weight only after cpu.idle).
+        let mut per_cgroup: BTreeMap<&str, (ResourceConfig, Vec<String>)> = BTreeMap::new();
         for (index, entry) in record.entries.iter().enumerate() {
             let setting =
                 setting_of_key(&entry.setting).ok_or_else(|| InterventionError::Setting {
@@ -183,17 +191,27 @@ impl Interventions {
                     index,
                     setting: entry.setting.clone(),
                 })?;
-            let cgroup = writer.cgroup_name(&entry.cgroup)?;
+            let (config, described) = per_cgroup.entry(&entry.cgroup).or_default();
+            *config = config.clone().overlaid(&kubelet_value(
+                setting,
+                &entry.kubelet_value,
+                writer.version(),
+            ));
+            described.push(format!("{setting}={}", entry.kubelet_value.trim()));
+        }
+        let mut restored = 0;
+        for (cgroup_text, (config, described)) in per_cgroup {
+            let cgroup = writer.cgroup_name(cgroup_text)?;
             if !writer.exists(&cgroup)? {
                 continue;
             }
-            let config = kubelet_value(setting, &entry.kubelet_value);
-            if writer.compare(&cgroup, &config)?.is_empty() {
+            let differences = writer.compare(&cgroup, &config)?;
+            if differences.is_empty() {
                 continue;
             }
             writer.update(&cgroup, &config)?;
-            tracing::warn!(cgroup = %entry.cgroup, %setting, kubelet_value = %entry.kubelet_value, "an earlier qosd left an intervention: kubelet's value put back");
-            restored += 1;
+            tracing::warn!(cgroup = %cgroup_text, kubelet_values = %described.join(" "), "an earlier qosd left an intervention: kubelet's values put back");
+            restored += differences.len();
         }
         self.save()?;
         Ok(restored)
@@ -304,7 +322,7 @@ impl Interventions {
         old: Option<&InForce>,
         new: &InForce,
     ) -> Result<(), InterventionError> {
-        for setting in new.config.settings() {
+        for setting in held(&new.config) {
             if let std::collections::btree_map::Entry::Vacant(slot) =
                 self.originals.entry((target.clone(), setting))
             {
@@ -316,8 +334,9 @@ impl Interventions {
         }
         let mut config = new.config.clone();
         if let Some(old) = old {
-            for setting in old.config.settings() {
-                if !new.config.settings().contains(&setting)
+            let still = held(&new.config);
+            for setting in held(&old.config) {
+                if !still.contains(&setting)
                     && let Some(original) = self.originals.remove(&(target.clone(), setting))
                 {
                     config = config.overlaid(&original.config);
@@ -336,13 +355,13 @@ impl Interventions {
         old: &InForce,
     ) -> Result<(), InterventionError> {
         let mut config = ResourceConfig::default();
-        for setting in old.config.settings() {
+        for setting in held(&old.config) {
             if let Some(original) = self.originals.get(&(target.clone(), setting)) {
                 config = config.overlaid(&original.config);
             }
         }
         writer.update(&old.cgroup, &config)?;
-        for setting in old.config.settings() {
+        for setting in held(&old.config) {
             self.originals.remove(&(target.clone(), setting));
         }
         Ok(())
@@ -402,6 +421,17 @@ impl Interventions {
     }
 }
 
+/// The settings an intervention of `config` holds: its own, and the weight of a group it
+/// makes idle (which the kernel resets when the group stops being idle).
+#[must_use]
+pub fn held(config: &ResourceConfig) -> Vec<Setting> {
+    let mut settings = config.settings();
+    if config.cpu_idle == Some(true) && !settings.contains(&Setting::CpuShares) {
+        settings.push(Setting::CpuShares);
+    }
+    settings
+}
+
 /// kubelet's value of `setting` in `cgroup`, read before an intervention replaces it.
 fn original(
     reader: &dyn CgroupReader,
@@ -413,7 +443,7 @@ fn original(
         .map(|(_, text)| text)
         .unwrap_or_default();
     Ok(Original {
-        config: kubelet_value(setting, &text),
+        config: kubelet_value(setting, &text, reader.version()),
         cgroup: reader.name(cgroup)?,
         text,
     })
@@ -421,9 +451,16 @@ fn original(
 
 /// The config that writes back `text`, a feedback setting's file content as kubelet (or the
 /// kernel's default) left it.
-fn kubelet_value(setting: Setting, text: &str) -> ResourceConfig {
+fn kubelet_value(setting: Setting, text: &str, version: CgroupVersion) -> ResourceConfig {
     let mut config = ResourceConfig::default();
     match setting {
+        // v1 `cpu.shares`, v2 `cpu.weight` (carried as the shares that give it).
+        Setting::CpuShares => {
+            config.cpu_shares = text.trim().parse::<u64>().ok().map(|v| match version {
+                CgroupVersion::V1 => v,
+                CgroupVersion::V2 => cpu_weight_to_shares(v),
+            });
+        }
         // kubelet and the runtimes never set these: their value is the kernel's default.
         Setting::CpuBurst => config.cpu_burst = Some(0),
         Setting::CpuIdle => config.cpu_idle = Some(false),

@@ -398,7 +398,19 @@ impl BesideKubelet {
                 .cgroups
                 .name(&expectation.cgroup)
                 .unwrap_or_else(|_| expectation.cgroup.to_cgroupfs());
-            for d in differences {
+            // What an intervention holds is the feedback's, not kubelet's drift.
+            let held: Vec<_> = self
+                .interventions
+                .in_force()
+                .values()
+                .filter(|i| i.cgroup == expectation.cgroup)
+                .flat_map(|i| interventions::held(&i.config))
+                .collect();
+            let not_drift = |d: &crate::cgroup::backend::Difference| {
+                held.contains(&d.setting)
+                    || (self.options.view.systemd_driver && systemd_rounded(&expectation.config, d))
+            };
+            for d in differences.into_iter().filter(|d| !not_drift(d)) {
                 items.push(DriftItem {
                     level: expectation.level,
                     cgroup: path.clone(),
@@ -604,10 +616,37 @@ impl BesideKubelet {
     }
 }
 
+/// True for a quota difference whose value is kubelet's quota as systemd keeps it (rounded up
+/// to a whole percent of a CPU, [`crate::cgroup::systemd::properties::quota_per_sec`]): what
+/// kubelet's pods hold on the systemd driver after a `daemon-reload`.
+fn systemd_rounded(
+    expected: &crate::cgroup::resources::ResourceConfig,
+    difference: &crate::cgroup::backend::Difference,
+) -> bool {
+    use crate::cgroup::resources::{Limit, QUOTA_PERIOD};
+    use crate::cgroup::systemd::properties::{kernel_quota, quota_per_sec};
+    let (crate::cgroup::files::Setting::CpuQuota, Some(quota), Some(actual)) = (
+        difference.setting,
+        expected.cpu_quota,
+        difference.actual.as_deref(),
+    ) else {
+        return false;
+    };
+    let period = expected.cpu_period.unwrap_or(QUOTA_PERIOD);
+    let rounded = kernel_quota(quota_per_sec(quota, period), period);
+    actual
+        .split_whitespace()
+        .next()
+        .and_then(|q| q.parse::<u64>().ok())
+        .is_some_and(|q| Limit::Value(q) == rounded)
+}
+
 /// What qosd may write beside kubelet: the feedback's settings, each on the cgroup its policy
 /// acts on (the BestEffort tier's CFS quota and `cpu.idle`; a container's CFS burst and
 /// `cpuset.mems`, with v1's `memory_migrate`). A container cgroup is one whose parent is a pod
-/// cgroup (`pod<uid>`). Everything else, kubelet's values included, is refused.
+/// cgroup (`pod<uid>`). The tier's weight is written only back to kubelet's recorded value when
+/// `cpu.idle` is lifted (the kernel resets an idle group's weight when it stops being idle;
+/// see [`interventions::held`]). Everything else, kubelet's values included, is refused.
 #[must_use]
 pub fn write_rule(tiers: &QosTiers) -> crate::cgroup::settings_writer::Rule {
     use crate::cgroup::files::Setting;
@@ -615,7 +654,10 @@ pub fn write_rule(tiers: &QosTiers) -> crate::cgroup::settings_writer::Rule {
     let kubepods = tiers.kubepods.clone();
     Box::new(move |name: &CgroupName, setting: Setting| {
         if *name == besteffort {
-            return matches!(setting, Setting::CpuQuota | Setting::CpuIdle);
+            return matches!(
+                setting,
+                Setting::CpuQuota | Setting::CpuIdle | Setting::CpuShares
+            );
         }
         let in_a_pod = name.starts_with(&kubepods)
             && name

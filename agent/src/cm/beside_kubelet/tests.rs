@@ -139,6 +139,7 @@ fn manager(root: &Path) -> (BesideKubelet, BesideKubeletMetrics, WorkloadIndex) 
         Box::new(writer),
         BesideKubeletOptions {
             view: KubeletView {
+                systemd_driver: false,
                 policy: policy(),
                 memory_qos: false,
                 kubepods: None,
@@ -370,16 +371,35 @@ fn interventions_on_kubelets_cgroups_are_rewritten_when_reverted_and_restored_at
     // kubelet's own values untouched.
     assert_eq!(read(root, &format!("{web}/cpu.max")), "20000 100000");
 
+    // The kernel shows an idle group's weight as its own (played here): the tier's weight is
+    // the intervention's, not kubelet's drift.
+    std::fs::write(root.join(BESTEFFORT).join("cpu.weight"), "100").expect("weight");
+
     // Written back (as kubelet would): found at the next check, written again, counted.
     std::fs::write(root.join(&web).join("cpu.max.burst"), "0").expect("revert");
     m.reconcile();
     assert_eq!(read(root, &format!("{web}/cpu.max.burst")), "20000");
     assert_eq!(metrics.reverted.with_label_values(&["cpu_burst"]).get(), 1);
+    for _ in 0..2 {
+        m.reconcile();
+    }
+    let drift = m.report().data["drift"].clone();
+    assert!(
+        drift.as_array().is_none_or(|items| items
+            .iter()
+            .all(|d| d["cgroup"] != format!("/{BESTEFFORT}"))),
+        "an intervention's settings are not kubelet drift: {drift}"
+    );
 
     // Stop: kubelet's values back under every intervention.
     m.shutdown();
     assert_eq!(read(root, &format!("{web}/cpu.max.burst")), "0");
     assert_eq!(read(root, &format!("{BESTEFFORT}/cpu.idle")), "0");
+    assert_eq!(
+        read(root, &format!("{BESTEFFORT}/cpu.weight")),
+        "1",
+        "kubelet's weight back (the kernel resets an idle group's weight to 100 when idle goes)"
+    );
     // The quota back to none ("max"; the kernel keeps the period a fixture file cannot).
     assert_eq!(
         read(root, &format!("{BESTEFFORT}/cpu.max"))
@@ -446,7 +466,10 @@ fn only_the_feedbacks_settings_of_its_cgroups_can_be_written() {
     assert!(!rule(&pod, Setting::CpuBurst), "a pod cgroup is kubelet's");
     assert!(rule(&tiers.besteffort, Setting::CpuQuota));
     assert!(rule(&tiers.besteffort, Setting::CpuIdle));
-    assert!(!rule(&tiers.besteffort, Setting::CpuShares));
+    assert!(
+        rule(&tiers.besteffort, Setting::CpuShares),
+        "kubelet's weight, written back after cpu.idle"
+    );
     assert!(!rule(&tiers.burstable, Setting::CpuQuota));
     let backend = CgroupfsBackend::new(
         Hierarchies::V2(root.to_owned()),
@@ -512,4 +535,29 @@ fn a_qosd_killed_under_an_intervention_has_the_next_one_put_kubelets_value_back(
         !record.contains("cri-containerd"),
         "the record is emptied: {record}"
     );
+}
+
+/// kubelet's systemd driver: runc writes a 15m limit as 1500 µs, systemd writes it again as the
+/// whole percent it keeps (2000 µs) at every reload; both are kubelet's value, anything else is
+/// drift.
+#[test]
+fn on_the_systemd_driver_a_quota_systemd_rounded_is_kubelets() {
+    let expected = ResourceConfig {
+        cpu_quota: Some(Limit::Value(1500)),
+        cpu_period: Some(100_000),
+        ..ResourceConfig::default()
+    };
+    let found = |actual: &str| crate::cgroup::backend::Difference {
+        setting: Setting::CpuQuota,
+        path: PathBuf::from("cpu.max"),
+        expected: "1500 100000".into(),
+        actual: Some(actual.into()),
+    };
+    assert!(systemd_rounded(&expected, &found("2000 100000")));
+    assert!(
+        systemd_rounded(&expected, &found("2000")),
+        "v1 cpu.cfs_quota_us"
+    );
+    assert!(!systemd_rounded(&expected, &found("3000 100000")));
+    assert!(!systemd_rounded(&expected, &found("max 100000")));
 }

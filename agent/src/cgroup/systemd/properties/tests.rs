@@ -41,16 +41,14 @@ fn range_to_bits() {
     }
 }
 
-/// runc `TestAddCPUQuota`'s inputs. runc rounds the per-second quota up to 10 ms (what
-/// systemd before 242 kept) and rewrites the quota to match: 1240000 / 124000 and
-/// 560000 / 504000 for the last two. qosd rounds to the 100 µs systemd 242+ keeps, so the
-/// kernel gets the asked quota or at most 10 µs per 100 ms more.
+/// runc `TestAddCPUQuota`: the per-second quota rounded up to 10 ms (a whole percent, what
+/// systemd's drop-in keeps), and the quota the kernel then gets.
 #[test]
 fn add_cpu_quota() {
     for (quota, period, per_sec, kernel) in [
         (500_000, 1_000_000, 500_000, 500_000),
-        (123_456, 0, 1_234_600, 123_460),
-        (500_000, 900_000, 555_600, 500_040),
+        (123_456, 0, 1_240_000, 124_000),
+        (500_000, 900_000, 560_000, 504_000),
     ] {
         let period = if period == 0 { QUOTA_PERIOD } else { period };
         let got = quota_per_sec(Limit::Value(quota), period);
@@ -61,18 +59,31 @@ fn add_cpu_quota() {
     assert_eq!(kernel_quota(INFINITY, QUOTA_PERIOD), Limit::Max);
 }
 
-/// Every quota kubelet computes (milli-CPU × period / 1000, at least 1 ms) comes back from
-/// systemd unchanged, for the default period and kubelet's configurable ones.
+/// kubelet's quotas (milli-CPU × period / 1000) of whole tens of milli-CPU come back from
+/// systemd unchanged, for the default period and kubelet's configurable ones; any other limit
+/// gets the next ten milli-CPU, as kubelet's own pods do on the systemd driver once systemd
+/// has applied its units again.
 #[test]
-fn kubelet_quotas_reach_the_kernel_unchanged() {
+fn kubelet_quotas_reach_the_kernel_as_systemd_keeps_them() {
     for period in [100_000u64, 50_000, 10_000, 1_000_000] {
-        for milli in [1i64, 10, 100, 250, 333, 1000, 1500, 64_000] {
+        for (milli, kept) in [
+            (10i64, 10i64),
+            (100, 100),
+            (250, 250),
+            (1000, 1000),
+            (1500, 1500),
+            (64_000, 64_000),
+            (1, 10),
+            (333, 340),
+            (15, 20),
+        ] {
             let quota = crate::cgroup::resources::milli_cpu_to_quota(milli, period);
             let quota = u64::try_from(quota).expect("positive");
+            let want = crate::cgroup::resources::milli_cpu_to_quota(kept, period);
             let per_sec = quota_per_sec(Limit::Value(quota), period);
             assert_eq!(
                 kernel_quota(per_sec, period),
-                Limit::Value(quota),
+                Limit::Value(u64::try_from(want).expect("positive")),
                 "{milli}m per {period} us"
             );
         }
@@ -221,8 +232,9 @@ fn cpu_idle_is_the_weight_where_systemd_writes_it() {
     assert_eq!(older.direct.cpu_idle, Some(true));
 }
 
-/// A quota that is not a multiple of systemd's resolution is reported as what the kernel
-/// will hold.
+/// A quota that is not a whole percent of a CPU is reported as what the kernel will hold
+/// (the systemd guest saw 248.2 ms per second become 240 ms at a daemon-reload when it was
+/// sent unrounded).
 #[test]
 fn the_effective_quota_is_what_systemd_writes() {
     let config = ResourceConfig {
@@ -232,7 +244,7 @@ fn the_effective_quota_is_what_systemd_writes() {
     let mapped = map(&config, CgroupVersion::V2, 252);
     assert_eq!(
         props(&mapped),
-        vec![("CPUQuotaPerSecUSec", PropertyValue::U64(251_800))]
+        vec![("CPUQuotaPerSecUSec", PropertyValue::U64(260_000))]
     );
-    assert_eq!(mapped.effective.cpu_quota, Some(Limit::Value(25_180)));
+    assert_eq!(mapped.effective.cpu_quota, Some(Limit::Value(26_000)));
 }
