@@ -61,6 +61,9 @@ enum Command {
         /// up).
         #[arg(long)]
         systemd: bool,
+        /// With --systemd: the hybrid cgroup layout (v1 controllers) instead of cgroup v2.
+        #[arg(long, requires = "systemd")]
+        hybrid: bool,
         /// Shell command line run by the guest's init after the mounts.
         command: String,
     },
@@ -113,8 +116,16 @@ fn dispatch(cli: Cli) -> Result<()> {
             files,
             timeout,
             systemd,
+            hybrid,
             command,
-        } => boot_one(&kernel, &files, timeout, systemd, &command),
+        } => {
+            let init = match (systemd, hybrid) {
+                (false, _) => vm::GuestInit::Shell,
+                (true, false) => vm::GuestInit::Systemd,
+                (true, true) => vm::GuestInit::SystemdHybrid,
+            };
+            boot_one(&kernel, &files, timeout, init, &command)
+        }
         Command::Bench { filter } => bench::run(filter.as_deref()),
         Command::DeployCheck { no_image } => deploy_check::run_alone(!no_image),
         Command::Image { check } => image::run(check),
@@ -125,7 +136,7 @@ fn boot_one(
     series: &str,
     files: &[PathBuf],
     timeout: u64,
-    systemd: bool,
+    init: vm::GuestInit,
     command: &str,
 ) -> Result<()> {
     let cache = vm::cache_dir()?;
@@ -149,7 +160,7 @@ fn boot_one(
         command,
         Duration::from_secs(timeout),
         &vm::work_dir(),
-        systemd,
+        init,
     )?;
     print!("{}", run.output);
     println!(

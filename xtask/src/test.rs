@@ -364,7 +364,14 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
         } else {
             "/bin/qosd-systests --qosd /bin/qosd".to_owned()
         };
-        let run = vm::run_in_guest(kernel, &payload, &command, GUEST_TIMEOUT, &work, false);
+        let run = vm::run_in_guest(
+            kernel,
+            &payload,
+            &command,
+            GUEST_TIMEOUT,
+            &work,
+            vm::GuestInit::Shell,
+        );
         let result = match run {
             Ok(run) => {
                 print!("{}", run.output);
@@ -374,31 +381,44 @@ fn vms(toolchain: &Toolchain, bins: &TestBinaries) -> Vec<TierResult> {
         };
         results.push(result);
     }
-    for kernel in kernels
-        .iter()
-        .filter(|k| SYSTEMD_SERIES.contains(&k.series.as_str()))
-    {
-        results.push(systemd_guest(kernel, &payload, &work));
+    for (series, init) in SYSTEMD_GUESTS {
+        if let Some(kernel) = kernels.iter().find(|k| k.series == series) {
+            results.push(systemd_guest(kernel, init, &payload, &work));
+        }
     }
     results
 }
 
-/// Kernel series booted a second time with systemd as PID 1, for the systemd driver's cases.
-const SYSTEMD_SERIES: [&str; 2] = ["6.12", "6.1"];
+/// Kernel series booted again with systemd as PID 1, for the systemd driver's cases: on
+/// cgroup v2, and once on the hybrid layout (v1 controllers, as on the host).
+const SYSTEMD_GUESTS: [(&str, vm::GuestInit); 3] = [
+    ("6.12", vm::GuestInit::Systemd),
+    ("6.1", vm::GuestInit::Systemd),
+    ("6.1", vm::GuestInit::SystemdHybrid),
+];
 /// The cases the systemd guest runs (their names start with it).
 const SYSTEMD_CASES: &str = "systemd_";
 
 /// One systemd guest: the systemd driver's cases with systemd as PID 1.
 fn systemd_guest(
     kernel: &vm::GuestKernel,
+    init: vm::GuestInit,
     payload: &[(PathBuf, String)],
     work: &Path,
 ) -> TierResult {
     let started = Instant::now();
-    let target = format!("{} (v2, systemd PID 1, 4 vCPU, 2 NUMA)", kernel.release);
+    let layout = if init == vm::GuestInit::SystemdHybrid {
+        "hybrid"
+    } else {
+        "v2"
+    };
+    let target = format!(
+        "{} ({layout}, systemd PID 1, 4 vCPU, 2 NUMA)",
+        kernel.release
+    );
     println!("\n== vm: {target}");
     let command = format!("/bin/qosd-systests --qosd /bin/qosd {SYSTEMD_CASES}");
-    match vm::run_in_guest(kernel, payload, &command, GUEST_TIMEOUT, work, true) {
+    match vm::run_in_guest(kernel, payload, &command, GUEST_TIMEOUT, work, init) {
         Ok(run) => {
             print!("{}", run.output);
             guest_result(&run, target, started)

@@ -6,8 +6,10 @@
 //! container; at stop every unit is gone. A second case has the feedback cap and idle the
 //! BestEffort tier (crowding a Burstable spinner on one CPU): systemd holds the intervention
 //! as the tier's `CPUQuotaPerSecUSec` and `CPUWeight=idle`, so a `daemon-reload` keeps it
-//! without qosd correcting anything (`qosd_cgroup_drift_corrections_total` unchanged). Elsewhere (the host is not booted by systemd) the
-//! cases are skipped with that reason.
+//! without qosd correcting anything (`qosd_cgroup_drift_corrections_total` unchanged). The
+//! cases run on cgroup v2 and on the hybrid layout (v1 controllers: `CPUShares`, `MemoryLimit`,
+//! `cpu.idle` written by qosd, the cpuset directories qosd's own); elsewhere (the host is not
+//! booted by systemd) they are skipped with that reason.
 //!
 //! Unit and directory names are spelled here from kubelet's rules (`-` inside a component
 //! becomes `_`, each component a slice nested in its parent), not from qosd's code.
@@ -20,12 +22,104 @@ use crate::harness::{Context, Outcome, fail};
 use crate::pod_tree::{TempPaths, wait_for};
 
 const UID: &str = "0f0e0d0c-0000-4000-8000-0000000000d1";
-/// kubelet's weight for 100m (102 shares): 1 + (102 - 2) * 9999 / 262142.
-const WEIGHT: &str = "4";
-const QUOTA: &str = "20000 100000";
 const MEMORY: &str = "67108864";
 
-/// The units and directories of one run.
+/// A kernel file and its value: (controller, file, value).
+type KernelFile = (&'static str, &'static str, &'static str);
+/// A unit property and its value as `systemctl show` prints it.
+type UnitValue = (&'static str, &'static str);
+
+/// Where the cases find a unit's kernel files and what they are called: cgroup v2, or the
+/// hybrid layout (each v1 controller its own hierarchy).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Layout {
+    pub(super) v2: bool,
+}
+
+impl Layout {
+    pub(super) fn here() -> Self {
+        Self {
+            v2: Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+        }
+    }
+
+    /// The directory of `relative` (slices and scopes below the root) in `controller`'s
+    /// hierarchy.
+    pub(super) fn dir(self, controller: &str, relative: &Path) -> PathBuf {
+        let mount = Path::new("/sys/fs/cgroup");
+        if self.v2 {
+            mount.join(relative)
+        } else {
+            mount.join(controller).join(relative)
+        }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        if self.v2 { "cgroup v2" } else { "hybrid" }
+    }
+
+    /// The file of the CFS quota.
+    pub(super) fn quota_file(self) -> &'static str {
+        if self.v2 {
+            "cpu.max"
+        } else {
+            "cpu.cfs_quota_us"
+        }
+    }
+
+    /// True when `text` of [`Self::quota_file`] says no quota.
+    pub(super) fn unlimited(self, text: &str) -> bool {
+        if self.v2 {
+            text.starts_with("max")
+        } else {
+            text == "-1"
+        }
+    }
+
+    /// The file of the CPU weight, and the unit property systemd keeps it in.
+    pub(super) fn weight(self) -> (&'static str, &'static str) {
+        if self.v2 {
+            ("cpu.weight", "CPUWeight")
+        } else {
+            ("cpu.shares", "CPUShares")
+        }
+    }
+
+    /// kubelet's values for 100m / 200m / 64Mi: (controller, file, value), and the unit
+    /// properties with their values as `systemctl show` prints them.
+    fn kubelet_values(self) -> ([KernelFile; 3], [UnitValue; 3]) {
+        if self.v2 {
+            (
+                [
+                    // 1 + (102 - 2) * 9999 / 262142
+                    ("cpu", "cpu.weight", "4"),
+                    ("cpu", "cpu.max", "20000 100000"),
+                    ("memory", "memory.max", MEMORY),
+                ],
+                [
+                    ("CPUWeight", "4"),
+                    ("CPUQuotaPerSecUSec", "200ms"),
+                    ("MemoryMax", MEMORY),
+                ],
+            )
+        } else {
+            (
+                [
+                    ("cpu", "cpu.shares", "102"),
+                    ("cpu", "cpu.cfs_quota_us", "20000"),
+                    ("memory", "memory.limit_in_bytes", MEMORY),
+                ],
+                [
+                    ("CPUShares", "102"),
+                    ("CPUQuotaPerSecUSec", "200ms"),
+                    ("MemoryLimit", MEMORY),
+                ],
+            )
+        }
+    }
+}
+
+/// The units and directories (below the hierarchies) of one run.
 struct Units {
     root_unit: String,
     pod_unit: String,
@@ -42,7 +136,7 @@ impl Units {
         let burstable = format!("{kubepods}-burstable");
         let pod = format!("{burstable}-pod{}", UID.replace('-', "_"));
         let scope_unit = format!("qosd-pod{UID}-c.scope");
-        let root_dir = Path::new("/sys/fs/cgroup").join(format!("{slice}.slice"));
+        let root_dir = PathBuf::from(format!("{slice}.slice"));
         let pod_dir = root_dir
             .join(format!("{kubepods}.slice"))
             .join(format!("{burstable}.slice"))
@@ -58,18 +152,16 @@ impl Units {
     }
 }
 
-/// Skips unless systemd is PID 1 on cgroup v2.
+/// Skips unless systemd is PID 1.
 pub(super) fn systemd_here() -> Option<String> {
-    if !Path::new("/run/systemd/system").is_dir() {
-        return Some(
-            "systemd is not PID 1 here (no /run/systemd/system); the systemd guest runs this case"
+    if Path::new("/run/systemd/system").is_dir() {
+        None
+    } else {
+        Some(
+            "systemd is not PID 1 here (no /run/systemd/system); the systemd guests run this case"
                 .to_owned(),
-        );
+        )
     }
-    if !Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-        return Some("cgroup v1 or hybrid: qosd's systemd driver is tested on v2".to_owned());
-    }
-    None
 }
 
 pub(crate) fn units_hold_kubelet_values_through_reload_drift_and_stops(ctx: &Context) -> Outcome {
@@ -131,11 +223,14 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
         ));
     }
 
+    let layout = Layout::here();
+    let (files, properties) = layout.kubelet_values();
+    let procs_of = |relative: &Path| read(&layout.dir("cpu", relative).join("cgroup.procs"));
     let pid = wait_for(
         "the container's process in its scope",
         Duration::from_secs(30),
         || {
-            let procs = read(&units.scope_dir.join("cgroup.procs"))?;
+            let procs = procs_of(&units.scope_dir)?;
             procs
                 .split_whitespace()
                 .next()
@@ -145,15 +240,12 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
     )
     .map_err(with_log)?;
 
-    let kernel = |dir: &Path| -> Result<(), String> {
-        for (file, want) in [
-            ("cpu.weight", WEIGHT),
-            ("cpu.max", QUOTA),
-            ("memory.max", MEMORY),
-        ] {
-            let got = read(&dir.join(file))?;
+    let kernel = |relative: &Path| -> Result<(), String> {
+        for (controller, file, want) in files {
+            let path = layout.dir(controller, relative).join(file);
+            let got = read(&path)?;
             if got != want {
-                return Err(format!("{}/{file} = {got}, want {want}", dir.display()));
+                return Err(format!("{} = {got}, want {want}", path.display()));
             }
         }
         Ok(())
@@ -164,18 +256,20 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
     let mut shown = Vec::new();
     for unit in [&units.pod_unit, &units.scope_unit] {
         let state = show(unit, "ActiveState")?;
-        let weight = show(unit, "CPUWeight")?;
-        let quota = show(unit, "CPUQuotaPerSecUSec")?;
-        let memory = show(unit, "MemoryMax")?;
-        if state != "active" || weight != WEIGHT || quota != "200ms" || memory != MEMORY {
-            return Err(with_log(format!(
-                "systemctl show {unit}: ActiveState={state} CPUWeight={weight} \
-                 CPUQuotaPerSecUSec={quota} MemoryMax={memory}; want active, {WEIGHT}, 200ms, {MEMORY}"
-            )));
+        let mut values = Vec::new();
+        for (property, want) in properties {
+            let got = show(unit, property)?;
+            if got != want {
+                return Err(with_log(format!(
+                    "systemctl show {unit}: {property}={got}, want {want} (ActiveState={state})"
+                )));
+            }
+            values.push(format!("{property}={got}"));
         }
-        shown.push(format!(
-            "{unit}: CPUWeight={weight} CPUQuotaPerSecUSec={quota} MemoryMax={memory}"
-        ));
+        if state != "active" {
+            return Err(with_log(format!("{unit}: ActiveState={state}")));
+        }
+        shown.push(format!("{unit}: {}", values.join(" ")));
     }
 
     systemctl(&["daemon-reload"])?;
@@ -185,16 +279,19 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
     }
 
     // Behind qosd's back: reconcile puts kubelet's value back (through systemd).
-    std::fs::write(units.pod_dir.join("cpu.max"), "max 100000").map_err(|e| e.to_string())?;
+    let quota_path = layout.dir("cpu", &units.pod_dir).join(layout.quota_file());
+    let quota_want = files[1].2;
+    let unlimited = if layout.v2 { "max 100000" } else { "-1" };
+    std::fs::write(&quota_path, unlimited).map_err(|e| e.to_string())?;
     wait_for(
-        "reconcile to restore cpu.max",
+        "reconcile to restore the quota",
         Duration::from_secs(15),
         || {
-            let got = read(&units.pod_dir.join("cpu.max"))?;
-            if got == QUOTA {
+            let got = read(&quota_path)?;
+            if got == quota_want {
                 Ok(())
             } else {
-                Err(format!("cpu.max = {got}"))
+                Err(format!("{} = {got}", quota_path.display()))
             }
         },
     )
@@ -211,7 +308,7 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
         Duration::from_secs(30),
         || {
             let state = show(&units.pod_unit, "ActiveState")?;
-            let procs = read(&units.scope_dir.join("cgroup.procs")).unwrap_or_default();
+            let procs = procs_of(&units.scope_dir).unwrap_or_default();
             match procs.split_whitespace().next() {
                 Some(new) if state == "active" && new != pid => Ok(new.to_owned()),
                 _ => Err(format!("slice {state}, scope processes [{procs}]")),
@@ -238,22 +335,30 @@ fn run(ctx: &Context, root: &str, units: &Units, scratch: &Path) -> Result<Strin
         &format!("{}*", root.replace('-', "_")),
     ])?;
     let scope_left = show(&units.scope_unit, "LoadState")?;
-    if !left.trim().is_empty() || units.root_dir.exists() || scope_left == "loaded" {
+    // On the hybrid layout the cpuset directories are qosd's own (systemd has none).
+    let dirs_left: Vec<PathBuf> = ["cpu", "memory", "cpuset"]
+        .into_iter()
+        .map(|c| layout.dir(c, &units.root_dir))
+        .filter(|d| d.exists())
+        .collect();
+    if !left.trim().is_empty() || !dirs_left.is_empty() || scope_left == "loaded" {
         return Err(format!(
-            "after stop: units {left:?}, scope {scope_left}, {} exists: {}",
-            units.root_dir.display(),
-            units.root_dir.exists()
+            "after stop: units {left:?}, scope {scope_left}, directories left {dirs_left:?}"
         ));
     }
+    let kernel_files: Vec<String> = files.iter().map(|(_, f, v)| format!("{f} {v}")).collect();
     Ok(format!(
-        "qosd check: {:?}; container pid {pid} in {}; kernel files cpu.weight {WEIGHT}, cpu.max {QUOTA}, memory.max {MEMORY} \
-         in the pod slice and the scope; {}; unchanged after daemon-reload; cpu.max written behind qosd's \
-         back restored and kept over a reload; the pod slice stopped behind qosd's back started again \
-         with the container in a new scope (pid {restarted}) and kubelet's values; stopped in {took:?} \
-         with every unit gone",
+        "{}; qosd check: {:?}; container pid {pid} in {}; kernel files {} in the pod slice and \
+         the scope; {}; unchanged after daemon-reload; {} written behind qosd's back restored \
+         and kept over a reload; the pod slice stopped behind qosd's back started again with \
+         the container in a new scope (pid {restarted}) and kubelet's values; stopped in \
+         {took:?} with every unit and directory gone",
+        layout.name(),
         systemd_line.trim(),
         units.scope_unit,
-        shown.join("; ")
+        kernel_files.join(", "),
+        shown.join("; "),
+        layout.quota_file(),
     ))
 }
 
@@ -307,8 +412,8 @@ pub(crate) fn feedback_interventions_survive_daemon_reload(ctx: &Context) -> Out
 fn run_feedback(ctx: &Context, root: &str, scratch: &Path) -> Result<String, String> {
     let slice = root.replace('-', "_");
     let tier_unit = format!("{slice}-kubepods-besteffort.slice");
-    let tier_dir = Path::new("/sys/fs/cgroup")
-        .join(format!("{slice}.slice"))
+    let layout = Layout::here();
+    let tier_dir = PathBuf::from(format!("{slice}.slice"))
         .join(format!("{slice}-kubepods.slice"))
         .join(&tier_unit);
     let (manifests, config) = crate::agent::standalone_inputs(
@@ -360,9 +465,10 @@ fn run_feedback(ctx: &Context, root: &str, scratch: &Path) -> Result<String, Str
 
     let scope_procs = |tier: &str, uid: &str| -> Result<Vec<u32>, String> {
         let pod_unit = format!("{slice}-kubepods-{tier}-pod{}.slice", uid.replace('-', "_"));
-        let mut dir = Path::new("/sys/fs/cgroup")
-            .join(format!("{slice}.slice"))
-            .join(format!("{slice}-kubepods.slice"));
+        let mut dir = layout.dir(
+            "cpu",
+            &PathBuf::from(format!("{slice}.slice")).join(format!("{slice}-kubepods.slice")),
+        );
         if tier != "guaranteed" {
             dir.push(format!("{slice}-kubepods-{tier}.slice"));
         }
@@ -397,7 +503,7 @@ fn run_feedback(ctx: &Context, root: &str, scratch: &Path) -> Result<String, Str
         crate::workload::pin(pid, cpu)?;
     }
 
-    wait_for("a besteffort_cpu decision", Duration::from_secs(60), || {
+    wait_for("a besteffort_cpu decision", Duration::from_secs(90), || {
         let text = agent.scrape()?;
         let count = |action: &str| {
             sample_value(
@@ -414,25 +520,16 @@ fn run_feedback(ctx: &Context, root: &str, scratch: &Path) -> Result<String, Str
         }
     })
     .map_err(with_log)?;
-    // The intervention as the kernel and systemd hold it.
-    let held = || -> Result<(String, String, String, String), String> {
-        let idle = read(&tier_dir.join("cpu.idle"))?;
-        let max = read(&tier_dir.join("cpu.max"))?;
-        let weight = show(&tier_unit, "CPUWeight")?;
-        let quota = show(&tier_unit, "CPUQuotaPerSecUSec")?;
-        Ok((idle, max, weight, quota))
-    };
+    let held = || TierHeld::read(layout, &tier_dir, &tier_unit);
     let before = wait_for(
         "the tier idle and capped, in its files and its unit",
         Duration::from_secs(15),
         || {
-            let (idle, max, weight, quota) = held()?;
-            if idle == "1" && !max.starts_with("max") && weight == "idle" && quota != "infinity" {
-                Ok((idle, max, weight, quota))
+            let held = held()?;
+            if held.capped_and_idle(layout) {
+                Ok(held)
             } else {
-                Err(format!(
-                    "cpu.idle {idle}, cpu.max {max}, CPUWeight={weight}, CPUQuotaPerSecUSec={quota}"
-                ))
+                Err(held.to_string())
             }
         },
     )
@@ -450,7 +547,7 @@ fn run_feedback(ctx: &Context, root: &str, scratch: &Path) -> Result<String, Str
     let corrections_after = corrections(&agent.scrape()?);
     if after != before || corrections_after != corrections_before {
         return Err(with_log(format!(
-            "after systemctl daemon-reload: {after:?}, before {before:?}; qosd_cgroup_drift_corrections_total {corrections_before} -> {corrections_after}"
+            "after systemctl daemon-reload: {after}, before {before}; qosd_cgroup_drift_corrections_total {corrections_before} -> {corrections_after}"
         )));
     }
     let decision = http_get(agent.addr, "/inspect")
@@ -472,10 +569,53 @@ fn run_feedback(ctx: &Context, root: &str, scratch: &Path) -> Result<String, Str
             agent.log_tail()
         ));
     }
-    let (idle, max, weight, quota) = before;
     Ok(format!(
-        "besteffort_cpu applied ({decision}); {tier_unit}: cpu.idle {idle}, cpu.max {max}, \
-         CPUWeight={weight}, CPUQuotaPerSecUSec={quota}; the same after systemctl daemon-reload, \
-         with qosd_cgroup_drift_corrections_total unchanged ({corrections_after})"
+        "{}; besteffort_cpu applied ({decision}); {tier_unit}: {before}; the same after \
+         systemctl daemon-reload, with qosd_cgroup_drift_corrections_total unchanged \
+         ({corrections_after})",
+        layout.name()
     ))
+}
+
+/// The BestEffort tier under the feedback's intervention, as the kernel files and the unit
+/// hold it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct TierHeld {
+    pub(super) idle: String,
+    pub(super) quota: String,
+    /// The weight property (`CPUWeight` on v2, `CPUShares` on v1) as `systemctl show` says.
+    pub(super) weight_property: String,
+    pub(super) quota_per_sec: String,
+}
+
+impl TierHeld {
+    /// Reads the tier's files (`tier`: below the hierarchies) and its unit.
+    pub(super) fn read(layout: Layout, tier: &Path, unit: &str) -> Result<Self, String> {
+        let dir = layout.dir("cpu", tier);
+        Ok(Self {
+            idle: read(&dir.join("cpu.idle"))?,
+            quota: read(&dir.join(layout.quota_file()))?,
+            weight_property: show(unit, layout.weight().1)?,
+            quota_per_sec: show(unit, "CPUQuotaPerSecUSec")?,
+        })
+    }
+
+    /// Capped and idle, in the files and in the unit: on v2 systemd holds the idle as
+    /// `CPUWeight=idle`; on v1 `cpu.idle` is qosd's file (systemd never writes it there).
+    pub(super) fn capped_and_idle(&self, layout: Layout) -> bool {
+        self.idle == "1"
+            && !layout.unlimited(&self.quota)
+            && self.quota_per_sec != "infinity"
+            && (!layout.v2 || self.weight_property == "idle")
+    }
+}
+
+impl std::fmt::Display for TierHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cpu.idle {}, quota {}, weight property {}, CPUQuotaPerSecUSec={}",
+            self.idle, self.quota, self.weight_property, self.quota_per_sec
+        )
+    }
 }

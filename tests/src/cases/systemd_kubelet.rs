@@ -11,6 +11,7 @@
 //! says `CPUWeight=idle` and the quota), not reported as kubelet drift, and a
 //! `systemctl daemon-reload` keeps it without qosd writing it again; at SIGTERM kubelet's
 //! values are back, in the kernel files and in the unit (`CPUWeight=1`, no quota).
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +29,7 @@ use qosd::pods::kubernetes::decode::decode_pod;
 use qosd::pods::qos::pod_qos;
 
 use super::kubernetes::{NAMESPACE, NODE, beside_kubelet_args};
-use super::systemd::{show, systemctl, systemd_here};
+use super::systemd::{Layout, TierHeld, systemctl, systemd_here};
 use crate::agent::{Agent, sample_value, samples};
 use crate::harness::{Context, Outcome, fail};
 use crate::pod_tree::{TempPaths, wait_for};
@@ -93,7 +94,7 @@ fn run(
         NameStyle::Systemd,
     );
     let bus = SystemdBus::connect(CALL_TIMEOUT).map_err(|e| e.to_string())?;
-    let kubelet = SystemdBackend::new(fs, Arc::new(bus));
+    let kubelet = SystemdBackend::new(fs.clone(), Arc::new(bus));
     let tiers = QosTiers::new(&root_name).map_err(|e| e.to_string())?;
     let policy = PodCgroupPolicy::default();
     let exe = ctx.self_exe.display().to_string();
@@ -155,7 +156,17 @@ fn run(
         // containerd's part, as runc's systemd driver names it.
         let slice = unit_of(&kubelet.name(&pod_cgroup).map_err(|e| e.to_string())?);
         let child = Command::new("systemd-run")
-            .args(["--scope", "--quiet", "--collect"])
+            // As runc starts containerd's scopes: with the accounting of the controllers
+            // it sets, so systemd makes the scope in those hierarchies on v1 too.
+            .args([
+                "--scope",
+                "--quiet",
+                "--collect",
+                "-p",
+                "CPUAccounting=yes",
+                "-p",
+                "MemoryAccounting=yes",
+            ])
             .arg(format!("--unit=cri-containerd-{id}"))
             .arg(format!("--slice={slice}"))
             .args(command)
@@ -176,9 +187,16 @@ fn run(
                 Err(e) => Err(e.to_string()),
             },
         )?;
-        kubelet
-            .update(&scope, &container_config(&spec.spec.containers[0], policy))
-            .map_err(|e| e.to_string())?;
+        // runc then makes the scope's cgroup in every v1 hierarchy systemd left out and joins
+        // it, and has systemd hold the container's values.
+        let config = container_config(&spec.spec.containers[0], policy);
+        if !Layout::here().v2 {
+            fs.create(&scope, &config).map_err(|e| e.to_string())?;
+            for pid in &found {
+                fs.attach(&scope, *pid).map_err(|e| e.to_string())?;
+            }
+        }
+        kubelet.update(&scope, &config).map_err(|e| e.to_string())?;
         pids.extend(found);
     }
     let fake = FakeKubernetes::start().map_err(|e| e.to_string())?;
@@ -244,35 +262,20 @@ fn run(
     .map_err(with_log)?;
 
     // 2. The BestEffort tier capped and idle, held by systemd.
-    let tier_unit = unit_of(&kubelet.name(&tiers.besteffort).map_err(|e| e.to_string())?);
-    let tier_dir = kubelet
-        .paths(&tiers.besteffort)
-        .map_err(|e| e.to_string())?
-        .into_values()
-        .next()
-        .ok_or("no directory of the BestEffort tier")?;
-    let read = |file: &str| {
-        std::fs::read_to_string(tier_dir.join(file))
-            .map(|s| s.trim().to_owned())
-            .map_err(|e| format!("{}/{file}: {e}", tier_dir.display()))
-    };
-    let held = || -> Result<[String; 4], String> {
-        Ok([
-            read("cpu.idle")?,
-            read("cpu.max")?,
-            show(&tier_unit, "CPUWeight")?,
-            show(&tier_unit, "CPUQuotaPerSecUSec")?,
-        ])
-    };
+    let layout = Layout::here();
+    let tier_path = kubelet.name(&tiers.besteffort).map_err(|e| e.to_string())?;
+    let tier_unit = unit_of(&tier_path);
+    let tier_dir = PathBuf::from(tier_path.trim_start_matches('/'));
+    let held = || TierHeld::read(layout, &tier_dir, &tier_unit);
     let before = wait_for(
         "the tier idle and capped, in its files and its unit",
         Duration::from_secs(90),
         || {
-            let h = held()?;
-            if h[0] == "1" && !h[1].starts_with("max") && h[2] == "idle" && h[3] != "infinity" {
-                Ok(h)
+            let held = held()?;
+            if held.capped_and_idle(layout) {
+                Ok(held)
             } else {
-                Err(format!("{h:?}"))
+                Err(held.to_string())
             }
         },
     )
@@ -290,7 +293,7 @@ fn run(
     let reverted_after = reverted(&text);
     if after != before || reverted_after != reverted_before {
         return Err(with_log(format!(
-            "after systemctl daemon-reload: {after:?}, before {before:?}; qosd_feedback_reverted_total {reverted_before} -> {reverted_after}"
+            "after systemctl daemon-reload: {after}, before {before}; qosd_feedback_reverted_total {reverted_before} -> {reverted_after}"
         )));
     }
     let tier_drift: Vec<_> = samples(&text, "qosd_kubelet_drift")
@@ -304,7 +307,8 @@ fn run(
     }
     let pods_seen = sample_value(&text, "qosd_pods", "qos_class=\"besteffort\"").unwrap_or(0.0);
 
-    // 3. SIGTERM: kubelet's values back, in the files and in the unit.
+    // 3. SIGTERM: kubelet's values back, in the files and in the unit (its 2 shares, weight 1
+    // on v2; the kernel had reset the weight when the group stopped being idle).
     let (status, _) = agent.stop(libc::SIGTERM, Duration::from_secs(20))?;
     if !status.success() {
         return Err(format!(
@@ -313,26 +317,29 @@ fn run(
         ));
     }
     let restored = held()?;
-    let weight = read("cpu.weight")?;
-    if restored[0] != "0"
-        || !restored[1].starts_with("max")
-        || restored[2] != "1"
-        || restored[3] != "infinity"
-        || weight != "1"
+    let (weight_file, weight_property) = layout.weight();
+    let kubelets_weight = if layout.v2 { "1" } else { "2" };
+    let weight_path = layout.dir("cpu", &tier_dir).join(weight_file);
+    let weight = std::fs::read_to_string(&weight_path)
+        .map(|w| w.trim().to_owned())
+        .map_err(|e| format!("{}: {e}", weight_path.display()))?;
+    if restored.idle != "0"
+        || !layout.unlimited(&restored.quota)
+        || restored.weight_property != kubelets_weight
+        || restored.quota_per_sec != "infinity"
+        || weight != kubelets_weight
     {
         return Err(format!(
-            "after SIGTERM: cpu.idle, cpu.max, CPUWeight, CPUQuotaPerSecUSec = {restored:?}, cpu.weight {weight}; want kubelet's 0, max, 1, infinity, 1\n{}",
+            "after SIGTERM: {restored}, {weight_file} {weight}; want kubelet's cpu.idle 0, no quota, {weight_property}={kubelets_weight}, infinity, {weight_file} {kubelets_weight}\n{}",
             agent.log_tail()
         ));
     }
-    let [idle, max, unit_weight, quota] = before;
     Ok(format!(
-        "{pods_seen} BestEffort pod(s) and the victim labelled from systemd-named cgroups; \
-         {tier_unit}: cpu.idle {idle}, cpu.max {max}, CPUWeight={unit_weight}, \
-         CPUQuotaPerSecUSec={quota}, no tier drift; the same after daemon-reload with \
+        "{}; {pods_seen} BestEffort pod(s) and the victim labelled from systemd-named cgroups; \
+         {tier_unit}: {before}, no tier drift; the same after daemon-reload with \
          qosd_feedback_reverted_total unchanged ({reverted_after}); after SIGTERM kubelet's \
-         cpu.idle 0, cpu.max {}, cpu.weight 1, CPUWeight=1, CPUQuotaPerSecUSec=infinity",
-        restored[1]
+         values: {restored}, {weight_file} {weight}",
+        layout.name()
     ))
 }
 

@@ -92,9 +92,30 @@ pub(crate) fn work_dir() -> PathBuf {
     crate::target_dir().join("vm-work")
 }
 
+/// What runs as PID 1 in a guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GuestInit {
+    /// `/init` (a shell script) mounts cgroup v2 and runs the command.
+    Shell,
+    /// systemd on cgroup v2 runs the command as a service once the system bus is up.
+    Systemd,
+    /// systemd on the hybrid layout (v1 controllers, cgroup2 for systemd's own tracking).
+    SystemdHybrid,
+}
+
+impl GuestInit {
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Shell => "",
+            Self::Systemd => "-systemd",
+            Self::SystemdHybrid => "-systemd-hybrid",
+        }
+    }
+}
+
 /// Boots `kernel` with an initramfs holding `payload` (host path, guest path) and runs `command`
-/// with `/bin/sh -c` once the guest's file systems are mounted; with `systemd`, systemd is
-/// PID 1 and runs it as a service once the system bus is up.
+/// with `/bin/sh -c` once the guest's file systems are mounted; under systemd ([`GuestInit`]),
+/// systemd is PID 1 and runs it as a service once the system bus is up.
 ///
 /// Build products go to `work_dir` (`<series>-root/`, `<series>-initramfs.cpio`) and the serial
 /// console is streamed to `work_dir/<series>-console.log`, so two runs of the same series must
@@ -105,16 +126,12 @@ pub(crate) fn run_in_guest(
     command: &str,
     timeout: Duration,
     work_dir: &Path,
-    systemd: bool,
+    init: GuestInit,
 ) -> Result<GuestRun> {
     std::fs::create_dir_all(work_dir)
         .with_context(|| format!("creating VM work directory {}", work_dir.display()))?;
-    let name = if systemd {
-        format!("{}-systemd", kernel.series)
-    } else {
-        kernel.series.clone()
-    };
-    let initrd = initramfs::build(work_dir, &name, payload, command, systemd)?;
+    let name = format!("{}{}", kernel.series, init.suffix());
+    let initrd = initramfs::build(work_dir, &name, payload, command, init != GuestInit::Shell)?;
     let log = work_dir.join(format!("{name}-console.log"));
     eprintln!(
         "xtask vm: booting {} ({}), console in {}",
@@ -127,6 +144,7 @@ pub(crate) fn run_in_guest(
         initrd: &initrd,
         log: &log,
         timeout,
+        hybrid: init == GuestInit::SystemdHybrid,
     })?;
     eprintln!(
         "xtask vm: {} guest ended after {:.1} s: {:?}",

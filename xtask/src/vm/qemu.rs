@@ -22,9 +22,12 @@ use super::{GuestExit, GuestKernel, GuestRun};
 const EXIT_MARKER: &str = "QOSD-GUEST-EXIT ";
 /// What the kernel prints when it panics.
 const PANIC_TEXT: &str = "Kernel panic";
-/// cgroup_no_v1=all leaves every controller to the cgroup2 hierarchy that /init mounts.
 /// panic=-1 and oops=panic turn any oops into a reset, which -no-reboot turns into qemu's exit.
-const KERNEL_CMDLINE: &str = "console=ttyS0 panic=-1 oops=panic quiet loglevel=4 cgroup_no_v1=all";
+const KERNEL_CMDLINE: &str = "console=ttyS0 panic=-1 oops=panic quiet loglevel=4";
+/// Every controller on the cgroup2 hierarchy (that /init, or systemd, mounts).
+const CGROUP_V2: &str = "cgroup_no_v1=all";
+/// systemd mounts the hybrid layout: v1 controllers, cgroup2 on /sys/fs/cgroup/unified.
+const CGROUP_HYBRID: &str = "systemd.unified_cgroup_hierarchy=0";
 /// Guest NUMA nodes, with this many vCPUs and MiB of memory each.
 const NUMA_NODES: u32 = 2;
 const CPUS_PER_NODE: u32 = 2;
@@ -40,6 +43,8 @@ pub(super) struct Boot<'a> {
     pub(super) initrd: &'a Path,
     pub(super) log: &'a Path,
     pub(super) timeout: Duration,
+    /// The hybrid cgroup layout (systemd guests only) instead of cgroup v2.
+    pub(super) hybrid: bool,
 }
 
 /// Boots the guest, waits for it to end (or for the timeout) and classifies the run.
@@ -122,7 +127,15 @@ fn spawn(boot: &Boot<'_>) -> Result<Qemu> {
         .arg(&boot.kernel.vmlinuz)
         .arg("-initrd")
         .arg(boot.initrd)
-        .args(["-append", KERNEL_CMDLINE])
+        .arg("-append")
+        .arg(format!(
+            "{KERNEL_CMDLINE} {}",
+            if boot.hybrid {
+                CGROUP_HYBRID
+            } else {
+                CGROUP_V2
+            }
+        ))
         // Never hand qemu the developer's terminal: -nographic would put it in raw mode.
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
