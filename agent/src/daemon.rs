@@ -14,11 +14,12 @@ use crate::feedback::PreemptionSource;
 use crate::kubernetes::{KubernetesError, KubernetesMode, KubernetesOptions};
 use crate::metrics::cgroup_cpu::CgroupCpuCollector;
 use crate::metrics::cpu_throttling::CpuThrottlingCollector;
-use crate::metrics::numa::{NumaCollector, NumaMemoryCollector};
+use crate::metrics::numa::{NumaCollector, NumaMemoryCollector, PlacementView};
 use crate::metrics::runqlat::RunqCollector;
 use crate::metrics::server::{Inspect, MetricsServer, ServerError};
 use crate::metrics::{Metrics, MetricsError};
-use crate::numa::{NodeLayout, NumaMemoryReader};
+use crate::numa::placement::{CpuNodes, CpuPlacement};
+use crate::numa::{NodeLayout, NumaContext, NumaMemoryReader};
 use crate::probes::ProbeMode;
 use crate::probes::numa::{self as numa_probe, NumaProbe};
 use crate::probes::sched_switch::{ModePreference, SwitchProbe, WeakSwitchProbe};
@@ -158,11 +159,22 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     let metrics = Metrics::new()?;
     let workloads = WorkloadIndex::new();
     let inspect = Inspect::default();
+    // Where cgroups run, per node: recorded by the cpu-time collector from the probe's
+    // per-CPU counters, read by the NUMA memory collector (machines with two nodes or more).
+    let placement = nodes.as_ref().and_then(|nodes| {
+        let possible = aya::util::nr_cpus()
+            .inspect_err(|(_, e)| tracing::warn!(error = %e, "possible CPUs unreadable: no CPU time per NUMA node"))
+            .ok()?;
+        let cpu_nodes = CpuNodes::of(nodes, possible)?;
+        let placement = CpuPlacement::new(cpu_nodes.nodes.clone());
+        Some((cpu_nodes, placement))
+    });
     let wiring = Wiring {
         metrics: &metrics,
         workloads: &workloads,
         hierarchy: &hierarchy,
         v1_cpu: layout.uses_v1_cpu_controller(),
+        placement: placement.clone(),
     };
     let preemptions = wiring.attach_sched_switch(options.cpu_time_mode).await?;
     wiring
@@ -171,7 +183,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
             nodes.clone(),
         )
         .await?;
-    wiring.register_cgroupfs_collectors(&layout, nodes.clone())?;
+    wiring.register_cgroupfs_collectors(&layout, nodes.clone(), &inspect)?;
     return_freed_memory();
     let running = match &options.mode {
         AgentMode::Standalone(opts) => {
@@ -182,7 +194,10 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
                 workloads.clone(),
                 inspect.clone(),
                 preemptions.map(|p| Box::new(p) as Box<dyn PreemptionSource>),
-                nodes,
+                NumaContext {
+                    layout: nodes,
+                    placement: placement.as_ref().map(|(_, p)| p.clone()),
+                },
             )?;
             tracing::info!(manifest_dir = %opts.manifest_dir.display(), "standalone container manager running");
             Some(Running::Standalone(started))
@@ -198,6 +213,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
                     trees: metrics.trees.clone(),
                     preemptions: preemptions.map(|p| Box::new(p) as Box<dyn PreemptionSource>),
                     nodes,
+                    placement: placement.as_ref().map(|(_, p)| p.clone()),
                 },
             )
             .await?;
@@ -256,6 +272,8 @@ struct Wiring<'a> {
     hierarchy: &'a Path,
     /// Attribution through the v1 cpu controller (v1 and hybrid hosts).
     v1_cpu: bool,
+    /// The CPUs' nodes and the per-node CPU time history (two NUMA nodes or more).
+    placement: Option<(CpuNodes, CpuPlacement)>,
 }
 
 impl Wiring<'_> {
@@ -279,6 +297,10 @@ impl Wiring<'_> {
                 return Ok(self.switch_unavailable(&format!("probe loader panicked: {e}")));
             }
         };
+        let mut probe = probe;
+        if let Some((cpu_nodes, _)) = &self.placement {
+            probe.set_cpu_nodes(cpu_nodes.clone());
+        }
         let metrics = self.metrics;
         metrics.set_probe_mode(cpu_time::PROBE_NAME, probe.mode());
         let runq_mode = probe.runq_mode();
@@ -292,6 +314,7 @@ impl Wiring<'_> {
                 self.hierarchy.to_owned(),
                 self.metrics.trees.clone(),
                 self.workloads.clone(),
+                self.placement.as_ref().map(|(_, p)| p.clone()),
             ),
         )?;
         if let ProbeMode::Unavailable(why) = &runq_mode {
@@ -381,21 +404,35 @@ impl Wiring<'_> {
         }
     }
 
-    /// Resident memory per node and CFS throttling: cgroupfs, read at scrape time.
+    /// Resident memory per node and CFS throttling: cgroupfs, read at scrape time; and
+    /// `qosd inspect`'s NUMA placement table.
     fn register_cgroupfs_collectors(
         &self,
         layout: &CgroupLayout,
         nodes: Option<NodeLayout>,
+        inspect: &Inspect,
     ) -> Result<(), DaemonError> {
         match nodes.and_then(|nodes| NumaMemoryReader::for_layout(layout, nodes)) {
-            Some(reader) => self.metrics.register(
-                "qosd_numa_memory_bytes",
-                NumaMemoryCollector::new(
-                    reader,
-                    self.metrics.trees.clone(),
-                    self.workloads.clone(),
-                ),
-            )?,
+            Some(reader) => {
+                if reader.layout.nodes().len() > 1 {
+                    let view = PlacementView {
+                        reader: reader.clone(),
+                        trees: self.metrics.trees.clone(),
+                        workloads: self.workloads.clone(),
+                        placement: self.placement.as_ref().map(|(_, p)| p.clone()),
+                    };
+                    inspect.append("numa_placement", Arc::new(move || view.section()));
+                }
+                self.metrics.register(
+                    "qosd_numa_memory_bytes",
+                    NumaMemoryCollector::new(
+                        reader,
+                        self.metrics.trees.clone(),
+                        self.workloads.clone(),
+                        self.placement.as_ref().map(|(_, p)| p.clone()),
+                    ),
+                )?;
+            }
             None => tracing::warn!(
                 "no memory controller mounted or no NUMA layout: no qosd_numa_memory_bytes"
             ),

@@ -118,6 +118,8 @@ pub struct Shared {
     pub trees: Arc<CgroupTrees>,
     pub preemptions: Option<Box<dyn PreemptionSource>>,
     pub nodes: Option<NodeLayout>,
+    /// Where cgroups ran, per node (machines with two nodes or more).
+    pub placement: Option<crate::numa::placement::CpuPlacement>,
 }
 
 /// The running mode: the manager's thread and the pod source's task.
@@ -143,6 +145,7 @@ impl KubernetesMode {
             trees,
             preemptions,
             nodes,
+            placement,
         } = shared;
         let id_root = layout
             .cpu_hierarchy()
@@ -232,6 +235,9 @@ impl KubernetesMode {
                 preemptions,
                 Some(FeedbackMetrics::register(&registry)?),
             );
+            if let Some(placement) = placement {
+                manager.set_cpu_placement(placement);
+            }
         }
         let runtime = tokio::runtime::Handle::current();
         let (source, task): (Box<dyn PodSource>, Box<dyn std::any::Any + Send>) = match &options

@@ -31,7 +31,7 @@ use crate::config::kubelet::{
 use crate::feedback::{FeedbackConfig, FeedbackMetrics, Mode as FeedbackMode, PreemptionSource};
 use crate::machine::TopologyError;
 use crate::metrics::server::Inspect;
-use crate::numa::NodeLayout;
+use crate::numa::{NodeLayout, NumaContext};
 use crate::pods::manifest::{ManifestError, ManifestWatcher};
 use crate::pods::source::PodSource;
 use crate::report::Report;
@@ -111,8 +111,9 @@ impl Standalone {
         index: WorkloadIndex,
         inspect: Inspect,
         preemptions: Option<Box<dyn PreemptionSource>>,
-        nodes: Option<NodeLayout>,
+        numa: NumaContext,
     ) -> Result<Self, StandaloneError> {
+        let nodes = numa.layout;
         let config = match &options.kubelet_config {
             Some(path) => {
                 let loaded = load_kubelet_config(path)?;
@@ -242,6 +243,9 @@ impl Standalone {
                 preemptions,
                 Some(FeedbackMetrics::register(registry)?),
             );
+            if let Some(placement) = numa.placement {
+                manager.set_cpu_placement(placement);
+            }
         }
         let (stop, stopped) = mpsc::channel();
         let period = options.reconcile_period;

@@ -43,20 +43,46 @@ pub(crate) fn wait_exec(pid: u32) -> Result<(), String> {
 
 /// Pins process `pid` (and the threads it starts later) to `cpu`.
 pub(crate) fn pin(pid: u32, cpu: usize) -> Result<(), String> {
+    pin_to(pid, &[cpu])
+}
+
+/// Lets process `pid` (and the threads it starts later) run on `cpus` only.
+pub(crate) fn pin_to(pid: u32, cpus: &[usize]) -> Result<(), String> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is a CPU this process may use, below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(format!("CPU {cpu} is beyond CPU_SETSIZE"));
+        }
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     let pid = i32::try_from(pid).map_err(|e| e.to_string())?;
     // SAFETY: `set` is a valid cpu_set_t of the size passed; pid is our own child.
     let rc = unsafe { libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &raw const set) };
     if rc != 0 {
         return Err(format!(
-            "sched_setaffinity({pid}, {cpu}): {}",
+            "sched_setaffinity({pid}, {cpus:?}): {}",
             std::io::Error::last_os_error()
         ));
     }
     Ok(())
+}
+
+/// The CPU process `pid` last ran on (`/proc/<pid>/stat` field 39, `processor`).
+pub(crate) fn last_cpu(pid: u32) -> Result<usize, String> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let after = text
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| format!("{path}: no command name"))?;
+    after
+        .split_whitespace()
+        .nth(36)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| format!("{path}: no processor field"))
 }
 
 /// The value of `key` in a `/proc/<pid>/…` file of `key: value` lines (`status`, `sched`),

@@ -3,7 +3,7 @@
 //! `memory.numa_stat` and effective CPUs, and the probe's preemptions resolved to QoS classes
 //! through the workload index), and the configs the manager writes: kubelet's values, those
 //! of the settings the policies change, and the interventions in force over them.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use crate::cgroup::CpuSet;
@@ -17,6 +17,7 @@ use crate::feedback::{
 };
 use crate::numa::NumaStat;
 use crate::numa::node_layout::page_size;
+use crate::numa::placement::{CpuPlacement, Placement};
 use crate::pods::qos::QosClass;
 
 use super::index::WorkloadIndex;
@@ -118,7 +119,12 @@ pub struct FeedbackLoop {
     /// The BestEffort tier's own counters could not be read at the last run (its containers'
     /// are read instead).
     tier_unreadable: bool,
+    /// Where cgroups ran, per node (machines with two nodes or more).
+    placement: Option<CpuPlacement>,
 }
+
+/// How old the newest placement reading may be before the feedback takes one itself.
+const PLACEMENT_REFRESH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// No statistic at all.
 const NOTHING: StatKinds = StatKinds {
@@ -148,7 +154,34 @@ impl FeedbackLoop {
             preemptions_failing: false,
             numa_nodes,
             tier_unreadable: false,
+            placement: None,
         }
+    }
+
+    /// Judges unpinned containers by where they ran (`numa_align` reports those away from
+    /// their memory), from `placement`, which the scrapes keep and the feedback refreshes when
+    /// they are rarer than its period.
+    pub fn set_placement(&mut self, placement: CpuPlacement) {
+        self.placement = Some(placement);
+    }
+
+    /// CPU time per node of every cgroup over the NUMA policy's span, a fresh reading recorded
+    /// first when the newest is older than [`PLACEMENT_REFRESH`] (a reading of the probe's
+    /// map costs about what its part of a scrape does; the span is 10 s).
+    fn ran_on(&mut self, now: Instant) -> HashMap<u64, Placement> {
+        let Some(placement) = &self.placement else {
+            return HashMap::new();
+        };
+        if self.numa_nodes < 2 {
+            return HashMap::new();
+        }
+        let stale = placement
+            .newest()
+            .is_none_or(|t| now.saturating_duration_since(t) >= PLACEMENT_REFRESH);
+        if stale && let Some(nanos) = self.preemptions.as_mut().and_then(|s| s.cpu_by_node()) {
+            placement.record(Instant::now(), nanos);
+        }
+        placement.window(self.feedback.numa_span())
     }
 
     /// The feedback over the cgroups below `kubepods` (whose files say what the kernel allows),
@@ -212,10 +245,11 @@ impl FeedbackLoop {
         };
         let tier_read = tier.as_ref().is_some_and(|t| t.usage_ns.is_some());
         self.tier_unreadable = !tier_read;
+        let ran_on = self.ran_on(now);
         let containers = watched
             .iter()
             .filter(|w| self.wanted(w, tier_read) != NOTHING)
-            .filter_map(|w| self.read_container(cgroups, w, tier_read))
+            .filter_map(|w| self.read_container(cgroups, w, tier_read, &ran_on))
             .collect();
         let preemptions = self.read_preemptions();
         self.feedback.observe(Snapshot {
@@ -253,6 +287,7 @@ impl FeedbackLoop {
         cgroups: &dyn CgroupReader,
         watched: &Watched,
         tier_read: bool,
+        ran_on: &HashMap<u64, Placement>,
     ) -> Option<ContainerSnapshot> {
         let stats = match cgroups.stats_of(&watched.cgroup, self.wanted(watched, tier_read)) {
             Ok(stats) => stats,
@@ -272,6 +307,15 @@ impl FeedbackLoop {
                 .map(|numa| NumaStat::from_kernel(&numa, self.page_size).bytes_by_node)
                 .unwrap_or_default(),
             mems_pinned: watched.mems_pinned,
+            ran_on: if ran_on.is_empty() {
+                None
+            } else {
+                cgroups
+                    .id(&watched.cgroup)
+                    .ok()
+                    .flatten()
+                    .and_then(|id| ran_on.get(&id).cloned())
+            },
         })
     }
 

@@ -16,6 +16,9 @@ pub enum Action {
     Release,
     /// The policy would act but the kernel lacks what it needs (said once per target).
     Unavailable,
+    /// The policy reports a condition it deliberately does not act on (said once per
+    /// episode): an unpinned container running on one node with its memory on another.
+    Report,
 }
 
 impl Action {
@@ -26,6 +29,7 @@ impl Action {
             Self::Apply => "apply",
             Self::Release => "release",
             Self::Unavailable => "unavailable",
+            Self::Report => "report",
         }
     }
 }

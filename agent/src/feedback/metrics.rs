@@ -44,6 +44,10 @@ impl FeedbackMetrics {
             }
             metrics.interventions.with_label_values(&[policy]);
         }
+        // Only the NUMA policy reports what it deliberately leaves alone.
+        metrics
+            .decisions
+            .with_label_values(&[numa_align::POLICY, Action::Report.as_str()]);
         registry.register(Box::new(metrics.decisions.clone()))?;
         registry.register(Box::new(metrics.interventions.clone()))?;
         Ok(metrics)
@@ -79,7 +83,7 @@ mod tests {
                 .find(|f| f.name() == name)
                 .map_or(0, |f| f.get_metric().len())
         };
-        assert_eq!(count("qosd_feedback_decisions_total"), 9);
+        assert_eq!(count("qosd_feedback_decisions_total"), 10);
         assert_eq!(count("qosd_feedback_interventions"), 3);
     }
 }

@@ -114,6 +114,8 @@ impl FeedbackConfig {
                 enter_remote: 0.5,
                 windows,
                 min_bytes: 16 << 20,
+                unpinned_share: 0.9,
+                unpinned_windows: windows_in(UNPINNED_SPAN, period).max(windows),
             },
         }
     }
@@ -122,6 +124,11 @@ impl FeedbackConfig {
 /// How long a condition must hold before a policy acts on it (and two windows at least: one
 /// window cannot tell a condition from a blip).
 pub const EVIDENCE: Duration = Duration::from_secs(1);
+
+/// How long an unpinned container must run on one node with its memory on another before
+/// `numa_align` reports it: where the scheduler puts a task changes often, and a report is
+/// worth reading only for a placement that lasts.
+pub const UNPINNED_SPAN: Duration = Duration::from_secs(10);
 
 /// How many windows of `period` cover `span` (rounded up; one at least).
 fn windows_in(span: Duration, period: Duration) -> u32 {
@@ -215,6 +222,12 @@ impl Feedback {
     #[must_use]
     pub fn period(&self) -> Duration {
         self.config.period
+    }
+
+    /// How far back `numa_align` judges where an unpinned container ran.
+    #[must_use]
+    pub fn numa_span(&self) -> Duration {
+        self.config.period * self.config.numa.unpinned_windows
     }
 
     /// Evaluates the window since the previous snapshot (nothing for the first) and returns

@@ -8,9 +8,18 @@
 //! Typical causes: memory allocated before the CPU manager pinned the container, or a process
 //! that bound its memory elsewhere and let go of the binding.
 //!
-//! Containers whose memory the memory manager placed (`Static` policy) are left to it, as are
-//! containers whose CPUs span nodes (which node would be theirs is not the feedback's call).
-//! The realignment is a placement correction: it stays for the container's life.
+//! Containers whose memory the memory manager placed (`Static` policy) are left to it. The
+//! realignment is a placement correction: it stays for the container's life.
+//!
+//! A container whose CPUs span nodes (unpinned: Burstable, BestEffort, or Guaranteed without the
+//! static CPU manager) is only reported (`action="report"`), never moved: when it has run at
+//! least [`NumaAlignConfig::unpinned_share`] of its CPU time on one node for
+//! [`NumaAlignConfig::unpinned_windows`] windows in a row while at least `enter_remote` of its
+//! memory is on other nodes. Moving its pages would chase the scheduler, which places an
+//! unpinned task where CPU is free and moves it again when load changes; binding its
+//! `cpuset.mems` would make every access remote the next time it moves. What fixes it lasts:
+//! pinning it (static CPU manager, memory manager), after which this policy realigns it, or
+//! the kernel's NUMA balancing, which moves pages after the task as it runs.
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Overrides;
@@ -32,6 +41,11 @@ pub struct NumaAlignConfig {
     pub windows: u32,
     /// Containers with less resident memory are left alone.
     pub min_bytes: u64,
+    /// Share of an unpinned container's CPU time on one node that makes that node its own.
+    pub unpinned_share: f64,
+    /// Windows in a row an unpinned container must run there with its memory elsewhere before
+    /// it is reported (the CPU time is also taken over that many windows).
+    pub unpinned_windows: u32,
 }
 
 #[derive(Debug, Default)]
@@ -39,6 +53,10 @@ struct TargetState {
     misplaced: Streak,
     /// The node its memory was realigned to.
     aligned: Option<u32>,
+    /// Unpinned: windows in a row on one node with its memory elsewhere.
+    away: Streak,
+    /// Unpinned: reported for the current episode.
+    reported: bool,
 }
 
 /// The realignment policy: the machine's CPU-to-node map and per-container state.
@@ -74,6 +92,11 @@ impl NumaAlignPolicy {
             };
             let nodes = self.layout.nodes_of(cpus);
             let Some(&node) = nodes.first().filter(|_| nodes.len() == 1) else {
+                if nodes.len() > 1
+                    && let Some(decision) = self.unpinned(container)
+                {
+                    decisions.push(decision);
+                }
                 continue;
             };
             let state = self.targets.entry(container.target.clone()).or_default();
@@ -98,12 +121,7 @@ impl NumaAlignPolicy {
                 continue;
             }
             state.aligned = Some(node);
-            let elsewhere: BTreeSet<u32> = container
-                .memory_by_node
-                .iter()
-                .filter(|&(&n, &bytes)| n != node && bytes > 0)
-                .map(|(&n, _)| n)
-                .collect();
+            let elsewhere = elsewhere(&container.memory_by_node, node);
             decisions.push(Decision {
                 policy: POLICY,
                 action: Action::Apply,
@@ -119,6 +137,63 @@ impl NumaAlignPolicy {
             });
         }
         decisions
+    }
+
+    /// An unpinned container's report, once per episode of running on one node with most of its
+    /// memory on others.
+    fn unpinned(&mut self, container: &super::snapshot::ContainerSnapshot) -> Option<Decision> {
+        let state = self.targets.entry(container.target.clone()).or_default();
+        let main = container.ran_on.as_ref().and_then(|r| r.main_node());
+        let total: u64 = container.memory_by_node.values().sum();
+        let (away, node, cpu_share, share) = match main {
+            Some((node, cpu_share)) if cpu_share >= self.config.unpinned_share => {
+                let here = container.memory_by_node.get(&node).copied().unwrap_or(0);
+                #[expect(clippy::cast_precision_loss, reason = "a ratio of byte counts")]
+                let share = if total == 0 {
+                    0.0
+                } else {
+                    total.saturating_sub(here) as f64 / total as f64
+                };
+                (
+                    total >= self.config.min_bytes && share >= self.config.enter_remote,
+                    node,
+                    cpu_share,
+                    share,
+                )
+            }
+            _ => (false, 0, 0.0, 0.0),
+        };
+        let streak = state.away.observe(away);
+        if !away {
+            state.reported = false;
+            return None;
+        }
+        if streak < self.config.unpinned_windows || state.reported {
+            return None;
+        }
+        state.reported = true;
+        let elsewhere = elsewhere(&container.memory_by_node, node);
+        Some(Decision {
+            policy: POLICY,
+            action: Action::Report,
+            target: container.target.to_string(),
+            change: format!(
+                "none: runs on node {node}, {:.0}% of its memory on node(s) {}",
+                share * 100.0,
+                join(&elsewhere)
+            ),
+            reason: format!(
+                "{:.0}% of its CPU time on node {node} and {:.1} of {:.1} MiB resident elsewhere, {streak} windows in a row; it is not pinned (CPUs {}), so the scheduler may move it and its pages are not moved after it: pin it (static CPU manager) to have them realigned, or turn on kernel.numa_balancing",
+                cpu_share * 100.0,
+                mib(total.saturating_sub(container.memory_by_node.get(&node).copied().unwrap_or(0))),
+                mib(total),
+                container
+                    .cpus
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            ),
+        })
     }
 
     /// Adds the realigned containers' `cpuset.mems` (with v1's migration switch) to `out`.
@@ -150,6 +225,15 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 20)
 }
 
+/// The nodes other than `node` that hold some of the memory.
+fn elsewhere(memory_by_node: &BTreeMap<u32, u64>, node: u32) -> BTreeSet<u32> {
+    memory_by_node
+        .iter()
+        .filter(|&(&n, &bytes)| n != node && bytes > 0)
+        .map(|(&n, _)| n)
+        .collect()
+}
+
 fn join(nodes: &BTreeSet<u32>) -> String {
     nodes
         .iter()
@@ -176,6 +260,8 @@ mod tests {
 
     fn config() -> NumaAlignConfig {
         NumaAlignConfig {
+            unpinned_share: 0.9,
+            unpinned_windows: 3,
             enter_remote: 0.5,
             windows: 2,
             min_bytes: 16 * MIB,
@@ -236,5 +322,56 @@ mod tests {
             let all = run(&mut policy, &[c.clone(), c.clone(), c.clone()]).concat();
             assert!(all.is_empty(), "{what}: {all:?}");
         }
+    }
+
+    /// An unpinned container running 95% on node 0 with its memory on node 1 is reported once
+    /// after the windows, never given a `cpuset.mems`; one spread over both nodes, or with its
+    /// memory where it runs, is not reported.
+    #[test]
+    fn an_unpinned_container_away_from_its_memory_is_reported_not_moved() {
+        use crate::numa::placement::{NodeNanos, Placement};
+        let ran = |n0: u64, n1: u64| {
+            Some(Placement {
+                by_node: NodeNanos::from([(0, n0), (1, n1)]),
+                window: Duration::from_secs(10),
+            })
+        };
+        let mut far = db("0-3", &[(0, 4 * MIB), (1, 60 * MIB)], false);
+        far.ran_on = ran(95, 5);
+        let mut spread = db("0-3", &[(0, 4 * MIB), (1, 60 * MIB)], false);
+        spread.target = target("spread");
+        spread.ran_on = ran(60, 40);
+        let mut near = db("0-3", &[(0, 60 * MIB), (1, 4 * MIB)], false);
+        near.target = target("near");
+        near.ran_on = ran(95, 5);
+        let mut policy = NumaAlignPolicy::new(config(), layout());
+        let t0 = Instant::now();
+        let snaps: Vec<Snapshot> = (0..5u64)
+            .map(|i| {
+                snapshot(
+                    t0 + Duration::from_secs(5 * i),
+                    vec![far.clone(), spread.clone(), near.clone()],
+                    &[],
+                )
+            })
+            .collect();
+        let decisions = each_window(&snaps, |window, _| policy.evaluate(window));
+        let all: Vec<&Decision> = decisions.iter().flatten().collect();
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0].action, Action::Report);
+        assert!(
+            all[0].change.contains("runs on node 0"),
+            "{}",
+            all[0].change
+        );
+        assert!(all[0].reason.contains("not pinned"), "{}", all[0].reason);
+        assert_eq!(
+            decisions.iter().position(|d| !d.is_empty()),
+            Some(2),
+            "after 3 windows"
+        );
+        let mut out = Overrides::default();
+        policy.overrides(&mut out);
+        assert!(out.containers.is_empty(), "nothing written: {out:?}");
     }
 }

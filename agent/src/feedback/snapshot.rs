@@ -39,6 +39,8 @@ pub struct ContainerSnapshot {
     pub memory_by_node: BTreeMap<u32, u64>,
     /// The memory manager placed its memory (`cpuset.mems` is its decision).
     pub mems_pinned: bool,
+    /// Where its tasks ran (CPU time per node) over the NUMA policy's span, when known.
+    pub ran_on: Option<crate::numa::placement::Placement>,
 }
 
 /// A CFS bandwidth limit.
@@ -237,6 +239,7 @@ pub(super) mod fixtures {
             cpus: None,
             memory_by_node: BTreeMap::new(),
             mems_pinned: false,
+            ran_on: None,
         }
     }
 

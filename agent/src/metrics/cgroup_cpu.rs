@@ -1,5 +1,9 @@
-//! `qosd_cgroup_cpu_seconds_total{cgroup}`, `qosd_cpu_unchained_switches_total` and the
-//! cpu-time probe's health series.
+//! `qosd_cgroup_cpu_seconds_total{cgroup}`, `qosd_cgroup_node_cpu_seconds_total{numa_node}` (pod
+//! and container cgroups only, on machines with two NUMA nodes or more),
+//! `qosd_cpu_unchained_switches_total` and the cpu-time probe's health series.
+//!
+//! Each reading's CPU time per node is also recorded in the [`CpuPlacement`] history, where the
+//! NUMA memory collector and the feedback find where each cgroup ran.
 //!
 //! At every scrape the collector reads the kernel counters, resolves cgroup ids to paths
 //! through the cpu hierarchy's tree ([`crate::cgroup::trees`]), drops (and removes from the kernel map) the cgroups that are
@@ -18,6 +22,7 @@ use super::families::{
 };
 use crate::cgroup::trees::CgroupTrees;
 use crate::cm::index::WorkloadIndex;
+use crate::numa::placement::CpuPlacement;
 use crate::probes::cpu_time::{CpuTimeSample, PROBE_NAME};
 use crate::probes::sched_switch::SharedSwitchProbe;
 use qosd_common::{MAX_CGROUPS, MAX_SLOTS, names};
@@ -49,6 +54,10 @@ struct State {
     trees: Arc<CgroupTrees>,
     /// Last exported nanoseconds per cgroup id, so a series never decreases.
     last: HashMap<u64, u64>,
+    /// The same per node position, for the per-node family.
+    last_by_node: HashMap<u64, Vec<u64>>,
+    /// Where the per-node readings go; `None` on one node.
+    placement: Option<CpuPlacement>,
 }
 
 /// Collects the cpu-time series at scrape time.
@@ -60,23 +69,33 @@ pub struct CgroupCpuCollector {
 const CPU_SECONDS: &str = "qosd_cgroup_cpu_seconds_total";
 const CPU_SECONDS_HELP: &str =
     "CPU time consumed by the tasks of each cgroup, counted on sched_switch by qosd's eBPF probe";
+const NODE_CPU_SECONDS: &str = "qosd_cgroup_node_cpu_seconds_total";
+const NODE_CPU_SECONDS_HELP: &str = "CPU time consumed by the tasks of each pod and container cgroup on the CPUs of each NUMA node (the cpu-time probe's per-CPU counters summed per node): where the workload runs";
 const UNCHAINED: &str = "qosd_cpu_unchained_switches_total";
 const UNCHAINED_HELP: &str = "Switches out of a task whose switch in the probe did not see (one per CPU at attach, and switches the kernel did not deliver to BPF); their slices are charged from the scheduler's start-of-run mark";
 
 impl CgroupCpuCollector {
     /// A collector reading `source`, resolving ids in the hierarchy mounted at `root`, and
-    /// labelling managed cgroups with their namespace, pod, container and QoS class.
+    /// labelling managed cgroups with their namespace, pod, container and QoS class; each
+    /// reading's per-node CPU time goes to `placement` (machines with two NUMA nodes or more).
     pub fn new(
         source: Box<dyn CpuTimeSource>,
         hierarchy_root: PathBuf,
         trees: Arc<CgroupTrees>,
         workloads: WorkloadIndex,
+        placement: Option<CpuPlacement>,
     ) -> Result<Self, prometheus::Error> {
         let descs = vec![
             Desc::new(
                 CPU_SECONDS.into(),
                 CPU_SECONDS_HELP.into(),
                 vec!["cgroup".into()],
+                HashMap::new(),
+            )?,
+            Desc::new(
+                NODE_CPU_SECONDS.into(),
+                NODE_CPU_SECONDS_HELP.into(),
+                vec!["cgroup".into(), "numa_node".into()],
                 HashMap::new(),
             )?,
             Desc::new(
@@ -117,6 +136,8 @@ impl CgroupCpuCollector {
                 hierarchy_root,
                 trees,
                 last: HashMap::new(),
+                last_by_node: HashMap::new(),
+                placement,
             }),
             descs,
         })
@@ -143,6 +164,7 @@ impl Collector for CgroupCpuCollector {
         ) else {
             return Vec::new();
         };
+        let node_series = node_series(state, &sample, &paths);
         let mut series = Vec::new();
         let mut gone = Vec::new();
         for (&id, &nanos) in &sample.nanos_by_cgroup {
@@ -163,6 +185,7 @@ impl Collector for CgroupCpuCollector {
             tracing::debug!(count = gone.len(), "forgetting counters of removed cgroups");
             for id in &gone {
                 state.last.remove(id);
+                state.last_by_node.remove(id);
             }
             state.source.forget(&gone);
         }
@@ -185,6 +208,12 @@ impl Collector for CgroupCpuCollector {
         let mut families = vec![
             family(CPU_SECONDS, CPU_SECONDS_HELP, MetricType::COUNTER, series),
             family(
+                NODE_CPU_SECONDS,
+                NODE_CPU_SECONDS_HELP,
+                MetricType::COUNTER,
+                node_series,
+            ),
+            family(
                 UNCHAINED,
                 UNCHAINED_HELP,
                 MetricType::COUNTER,
@@ -194,6 +223,49 @@ impl Collector for CgroupCpuCollector {
         families.extend(health.families());
         families
     }
+}
+
+/// Records the reading's per-node CPU time in the placement history, and returns the per-node
+/// series of pod and container cgroups (never decreasing).
+fn node_series(
+    state: &mut State,
+    sample: &CpuTimeSample,
+    paths: &crate::cgroup::CgroupPaths,
+) -> Vec<(Vec<(&'static str, String)>, f64)> {
+    let Some(placement) = &state.placement else {
+        return Vec::new();
+    };
+    if sample.nanos_by_cgroup_node.is_empty() {
+        return Vec::new();
+    }
+    placement.record(
+        std::time::Instant::now(),
+        sample.nanos_by_cgroup_node.clone(),
+    );
+    let nodes = placement.nodes();
+    let mut series = Vec::new();
+    for (&id, per_node) in &sample.nanos_by_cgroup_node {
+        let (Some(path), true) = (paths.path(id), state.workloads.get(id).is_some()) else {
+            continue;
+        };
+        let last = state
+            .last_by_node
+            .entry(id)
+            .or_insert_with(|| vec![0; per_node.len()]);
+        let labels = cgroup_labels(&state.workloads, id, path);
+        for ((node, now), last) in nodes.iter().zip(per_node).zip(last.iter_mut()) {
+            *last = (*last).max(*now);
+            let mut l = labels.clone();
+            l.push(("numa_node", node.to_string()));
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "f64 holds 2^53 ns = 104 days exactly"
+            )]
+            series.push((l, *last as f64 / 1e9));
+        }
+    }
+    series.sort_by(|a, b| a.0.cmp(&b.0));
+    series
 }
 
 #[cfg(test)]
@@ -208,6 +280,7 @@ mod tests {
     /// Returns scripted samples and records what it was told to forget.
     struct FakeSource {
         samples: Vec<HashMap<u64, u64>>,
+        by_node: HashMap<u64, Vec<u64>>,
         forgotten: Arc<StdMutex<Vec<u64>>>,
     }
 
@@ -218,10 +291,12 @@ mod tests {
             } else {
                 self.samples[0].clone()
             };
+            let nanos_by_cgroup_node = self.by_node.clone();
             Ok(CpuTimeSample {
                 map_entries: nanos_by_cgroup.len(),
                 slots_used: 0,
                 nanos_by_cgroup,
+                nanos_by_cgroup_node,
                 stats: qosd_common::ProbeStats {
                     events: 7,
                     read_errors: 1,
@@ -232,6 +307,16 @@ mod tests {
         }
         fn forget(&mut self, ids: &[u64]) {
             self.forgotten.lock().expect("lock").extend_from_slice(ids);
+        }
+    }
+
+    /// The container `prod/web/app`, Burstable.
+    fn web_app() -> crate::cm::index::Workload {
+        crate::cm::index::Workload {
+            namespace: "prod".into(),
+            pod: "web".into(),
+            container: Some("app".into()),
+            qos_class: QosClass::Burstable,
         }
     }
 
@@ -253,24 +338,18 @@ mod tests {
                 // The running-slice estimate can trail a completed charge by a little.
                 HashMap::from([(pod, 1_400_000_000), (ctr, 500_000_000)]),
             ],
+            by_node: HashMap::new(),
             forgotten: forgotten.clone(),
         };
         let metrics = Metrics::new().expect("registry");
         let workloads = WorkloadIndex::new();
-        workloads.insert(
-            ctr,
-            crate::cm::index::Workload {
-                namespace: "prod".into(),
-                pod: "web".into(),
-                container: Some("app".into()),
-                qos_class: QosClass::Burstable,
-            },
-        );
+        workloads.insert(ctr, web_app());
         let collector = CgroupCpuCollector::new(
             Box::new(source),
             root.path().to_owned(),
             Arc::default(),
             workloads,
+            None,
         )
         .expect("collector");
         metrics
@@ -347,6 +426,7 @@ mod tests {
             let forgotten = Arc::new(StdMutex::new(Vec::new()));
             let source = FakeSource {
                 samples: vec![HashMap::from([(new, 2_000_000_000)])],
+                by_node: HashMap::new(),
                 forgotten: forgotten.clone(),
             };
             let collector = CgroupCpuCollector::new(
@@ -354,6 +434,7 @@ mod tests {
                 root.path().to_owned(),
                 Arc::clone(&trees),
                 WorkloadIndex::new(),
+                None,
             )
             .expect("collector");
             let families = collector.collect();
@@ -366,5 +447,49 @@ mod tests {
             assert_eq!(cpu.get_metric()[0].get_label()[0].value(), "/new");
             assert!(forgotten.lock().expect("lock").is_empty());
         }
+    }
+
+    #[test]
+    fn cpu_per_node_of_pods_is_exported_and_recorded() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(root.path().join("pod/ctr")).expect("mkdir");
+        let ino = |p: &str| std::fs::metadata(root.path().join(p)).expect("stat").ino();
+        let (pod, ctr) = (ino("pod"), ino("pod/ctr"));
+        let source = FakeSource {
+            samples: vec![HashMap::from([(pod, 10), (ctr, 3_000_000_000)])],
+            by_node: HashMap::from([
+                (pod, vec![10, 0]),
+                (ctr, vec![2_000_000_000, 1_000_000_000]),
+            ]),
+            forgotten: Arc::default(),
+        };
+        let workloads = WorkloadIndex::new();
+        workloads.insert(ctr, web_app());
+        let placement = CpuPlacement::new(vec![0, 1]);
+        let collector = CgroupCpuCollector::new(
+            Box::new(source),
+            root.path().to_owned(),
+            Arc::default(),
+            workloads,
+            Some(placement.clone()),
+        )
+        .expect("collector");
+        let metrics = Metrics::new().expect("registry");
+        metrics
+            .register("cgroup_cpu", Ok(collector))
+            .expect("register");
+        let text = metrics.render();
+        for (node, seconds) in [("0", "2"), ("1", "1")] {
+            let want = format!(
+                "qosd_cgroup_node_cpu_seconds_total{{cgroup=\"/pod/ctr\",container=\"app\",namespace=\"prod\",numa_node=\"{node}\",pod=\"web\",qos_class=\"burstable\"}} {seconds}"
+            );
+            assert!(text.contains(&want), "missing {want}:\n{text}");
+        }
+        assert!(
+            !text.contains("qosd_cgroup_node_cpu_seconds_total{cgroup=\"/pod\","),
+            "a cgroup of no pod has no per-node series:\n{text}"
+        );
+        let recorded = placement.window(std::time::Duration::from_secs(1));
+        assert_eq!(recorded[&ctr].share(0), 2.0 / 3.0);
     }
 }

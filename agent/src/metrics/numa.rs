@@ -2,8 +2,12 @@
 //! `pod`, `container`, `qos_class` for managed cgroups), each source its own metric:
 //!
 //! - `qosd_numa_memory_bytes{node,locality}` (gauge): resident memory per node from
-//!   `memory.numa_stat`, local when the node is one of the nodes of the cgroup's CPUs; read
-//!   from cgroupfs at scrape time ([`NumaMemoryCollector`]);
+//!   `memory.numa_stat`, read from cgroupfs at scrape time ([`NumaMemoryCollector`]). Where the
+//!   cgroup's cpuset pins it to some nodes, a node's memory is local when the node is one of
+//!   its CPUs'. Elsewhere (the cgroup may run anywhere, as unpinned pods do) each node's bytes
+//!   are split by where its tasks ran ([`crate::numa::placement`]): the share of the cgroup's
+//!   CPU time on that node over the last window is local, the rest remote; a cgroup that never
+//!   ran falls back to the cpuset rule;
 //! - `qosd_numa_hint_faults_total{locality}`: NUMA hinting faults, local when the memory is on
 //!   the faulting CPU's node;
 //! - `qosd_numa_page_allocations_total{locality}`: pages allocated, local when on the
@@ -13,7 +17,7 @@
 //!
 //! the last three from the kernel maps at scrape time ([`NumaCollector`]), with the probes'
 //! health series. A probe that is not attached exports nothing (its mode says why).
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +29,8 @@ use super::families::{ProbeHealth, as_f64, cgroup_labels, family, sample_and_pat
 use crate::cgroup::CgroupPaths;
 use crate::cgroup::trees::CgroupTrees;
 use crate::cm::index::WorkloadIndex;
-use crate::numa::NumaMemoryReader;
+use crate::numa::placement::{CpuPlacement, Placement};
+use crate::numa::{CgroupNumaMemory, Locality, NumaMemoryReader};
 use crate::probes::ProbeMode;
 use crate::probes::numa::{
     HINT_FAULT_PROBE, MIGRATION_PROBE, NumaProbe, NumaSample, PAGE_ALLOC_PROBE,
@@ -33,7 +38,7 @@ use crate::probes::numa::{
 use qosd_common::{LocalityCounts, MAX_CGROUPS, names};
 
 const MEMORY: &str = "qosd_numa_memory_bytes";
-const MEMORY_HELP: &str = "Resident memory of each cgroup per NUMA node (memory.numa_stat), local when the node holds one of the cgroup's CPUs";
+const MEMORY_HELP: &str = "Resident memory of each cgroup per NUMA node (memory.numa_stat). A cgroup whose cpuset pins it to some nodes: local when the node holds one of its CPUs. Any other cgroup: each node's bytes are local in the share of the cgroup's CPU time spent on that node's CPUs over the last window (at least 10 s), remote for the rest";
 const HINT_FAULTS: &str = "qosd_numa_hint_faults_total";
 const HINT_FAULTS_HELP: &str = "NUMA hinting faults of each cgroup's tasks, local when the memory is on the faulting CPU's node (needs kernel.numa_balancing)";
 const PAGE_ALLOCS: &str = "qosd_numa_page_allocations_total";
@@ -244,29 +249,117 @@ fn locality_series(
     out
 }
 
+/// How far back the CPU time that weighs an unpinned cgroup's memory goes (at least; the
+/// window ends at the newest reading and starts at the newest one this much older).
+pub const PLACEMENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Collects `qosd_numa_memory_bytes` from cgroupfs at scrape time.
 pub struct NumaMemoryCollector {
     reader: NumaMemoryReader,
     trees: Arc<CgroupTrees>,
     workloads: WorkloadIndex,
+    placement: Option<CpuPlacement>,
     descs: Vec<Desc>,
 }
 
 impl NumaMemoryCollector {
     /// A collector over `reader` and the hierarchies' trees, labelling managed cgroups through
-    /// `workloads`.
+    /// `workloads`; unpinned cgroups' memory is weighed by `placement` (none: by cpuset only).
     pub fn new(
         reader: NumaMemoryReader,
         trees: Arc<CgroupTrees>,
         workloads: WorkloadIndex,
+        placement: Option<CpuPlacement>,
     ) -> Result<Self, prometheus::Error> {
         Ok(Self {
             reader,
             trees,
             workloads,
+            placement,
             descs: descs(&[(MEMORY, MEMORY_HELP)])?,
         })
     }
+}
+
+/// What a cgroup's memory locality was judged by.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LocalityBasis {
+    /// The nodes of the cgroup's cpuset (it is pinned, or never ran).
+    Cpuset,
+    /// Where its tasks ran over the window.
+    CpuTime(Placement),
+}
+
+/// One cgroup's memory as judged: its position in the cgroups read, (node, bytes, locality),
+/// and what judged it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Judged {
+    pub index: usize,
+    pub nodes: Vec<(u32, u64, Locality)>,
+    pub basis: LocalityBasis,
+}
+
+/// Every cgroup's resident memory per node with its locality: by cpuset where the cpuset pins
+/// the cgroup to some nodes, else weighed by where its tasks ran over the last
+/// [`PLACEMENT_WINDOW`] ([`weigh`]).
+#[must_use]
+pub fn memory_locality(
+    cgroups: &[CgroupNumaMemory],
+    reader: &NumaMemoryReader,
+    placement: Option<&CpuPlacement>,
+) -> Vec<Judged> {
+    let all_nodes = reader.layout.nodes();
+    let ran = placement.map(|p| {
+        let paths: HashMap<u64, String> = cgroups
+            .iter()
+            .filter(|c| c.cgroup_id != 0)
+            .map(|c| (c.cgroup_id, c.path.clone()))
+            .collect();
+        CpuPlacement::subtree(&p.window(PLACEMENT_WINDOW), |id| paths.get(&id).cloned())
+    });
+    cgroups
+        .iter()
+        .enumerate()
+        .map(|(i, cgroup)| {
+            let pinned = reader.layout.nodes_of(&cgroup.cpus).len() < all_nodes.len();
+            let placed = ran
+                .as_ref()
+                .and_then(|r| r.get(&cgroup.path))
+                .filter(|p| p.total() > 0);
+            match placed {
+                Some(placed) if !pinned => Judged {
+                    index: i,
+                    nodes: weigh(&cgroup.nodes, placed),
+                    basis: LocalityBasis::CpuTime(placed.clone()),
+                },
+                _ => Judged {
+                    index: i,
+                    nodes: cgroup.nodes.clone(),
+                    basis: LocalityBasis::Cpuset,
+                },
+            }
+        })
+        .collect()
+}
+
+/// Splits each node's bytes by `placed`: the share of the CPU time on that node local, the rest
+/// remote (either may be 0).
+#[must_use]
+pub fn weigh(nodes: &[(u32, u64, Locality)], placed: &Placement) -> Vec<(u32, u64, Locality)> {
+    let mut out = Vec::with_capacity(nodes.len() * 2);
+    for &(node, bytes, _) in nodes {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "a share in [0, 1] of a byte count, rounded"
+        )]
+        let local = ((bytes as f64) * placed.share(node)).round() as u64;
+        let local = local.min(bytes);
+        out.push((node, local, Locality::Local));
+        out.push((node, bytes - local, Locality::Remote));
+    }
+    out
 }
 
 impl Collector for NumaMemoryCollector {
@@ -283,9 +376,12 @@ impl Collector for NumaMemoryCollector {
             }
         };
         let mut series = Vec::new();
-        for cgroup in &cgroups {
+        for Judged { index, nodes, .. } in
+            memory_locality(&cgroups, &self.reader, self.placement.as_ref())
+        {
+            let cgroup = &cgroups[index];
             let labels = cgroup_labels(&self.workloads, cgroup.cgroup_id, &cgroup.path);
-            for (node, bytes, locality) in &cgroup.nodes {
+            for (node, bytes, locality) in &nodes {
                 let mut l = labels.clone();
                 l.push(("node", node.to_string()));
                 l.push(("locality", locality.label().to_owned()));
@@ -293,6 +389,120 @@ impl Collector for NumaMemoryCollector {
             }
         }
         vec![family(MEMORY, MEMORY_HELP, MetricType::GAUGE, series)]
+    }
+}
+
+/// `qosd inspect`'s view of where each pod container runs and where its memory is.
+pub struct PlacementView {
+    pub reader: NumaMemoryReader,
+    pub trees: Arc<CgroupTrees>,
+    pub workloads: WorkloadIndex,
+    pub placement: Option<CpuPlacement>,
+}
+
+impl PlacementView {
+    /// The NUMA PLACEMENT table, one row per container: CPU time per node over the window,
+    /// resident memory per node, the share counted remote and the rule that judged it; and the
+    /// same as JSON.
+    #[must_use]
+    pub fn section(&self) -> (crate::report::Section, serde_json::Value) {
+        let mut section = crate::report::Section::new(
+            "NUMA PLACEMENT",
+            &[
+                "NAMESPACE",
+                "POD",
+                "CONTAINER",
+                "RUNS ON",
+                "MEMORY ON",
+                "REMOTE",
+                "JUDGED BY",
+            ],
+        );
+        let cgroups = match self.reader.read_all(&self.trees) {
+            Ok(c) => c,
+            Err(e) => {
+                section.empty = format!("memory.numa_stat unreadable: {e}");
+                return (section, serde_json::Value::Null);
+            }
+        };
+        let mut rows = Vec::new();
+        for Judged {
+            index,
+            nodes,
+            basis,
+        } in memory_locality(&cgroups, &self.reader, self.placement.as_ref())
+        {
+            let cgroup = &cgroups[index];
+            let Some(workload) = self.workloads.get(cgroup.cgroup_id) else {
+                continue;
+            };
+            let Some(container) = workload.container.clone() else {
+                continue;
+            };
+            let mut memory: BTreeMap<u32, u64> = BTreeMap::new();
+            let (mut remote, mut total) = (0u64, 0u64);
+            for (node, bytes, locality) in &nodes {
+                *memory.entry(*node).or_default() += bytes;
+                total += bytes;
+                if *locality == Locality::Remote {
+                    remote += bytes;
+                }
+            }
+            let (runs_on, judged, cpu) = match &basis {
+                LocalityBasis::CpuTime(placed) => (
+                    placed
+                        .by_node
+                        .keys()
+                        .map(|n| format!("{n} {:.0}%", placed.share(*n) * 100.0))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    format!("cpu time, {:.0} s", placed.window.as_secs_f64()),
+                    serde_json::json!(
+                        placed
+                            .by_node
+                            .iter()
+                            .map(|(n, ns)| (n.to_string(), *ns))
+                            .collect::<BTreeMap<_, _>>()
+                    ),
+                ),
+                LocalityBasis::Cpuset => (
+                    format!("cpuset {}", cgroup.cpus),
+                    "cpuset".to_owned(),
+                    serde_json::Value::Null,
+                ),
+            };
+            #[expect(clippy::cast_precision_loss, reason = "a share of byte counts")]
+            let share = if total == 0 {
+                0.0
+            } else {
+                remote as f64 / total as f64
+            };
+            section.row([
+                workload.namespace.clone(),
+                workload.pod.clone(),
+                container.clone(),
+                runs_on,
+                memory
+                    .iter()
+                    .map(|(n, b)| format!("{n} {:.1} MiB", as_f64(*b) / 1_048_576.0))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                format!("{:.0}%", share * 100.0),
+                judged.clone(),
+            ]);
+            rows.push(serde_json::json!({
+                "namespace": workload.namespace,
+                "pod": workload.pod,
+                "container": container,
+                "cgroup": cgroup.path,
+                "cpu_ns_by_node": cpu,
+                "memory_bytes_by_node": memory.iter().map(|(n, b)| (n.to_string(), *b)).collect::<BTreeMap<_, _>>(),
+                "remote_share": share,
+                "judged_by": judged,
+            }));
+        }
+        section.empty = "no pod container with memory".to_owned();
+        (section, serde_json::Value::Array(rows))
     }
 }
 
@@ -423,6 +633,28 @@ mod tests {
         assert_eq!(forgotten.lock().expect("lock").as_slice(), &[deleted]);
     }
 
+    /// A v2 reader of the fixture at `r` on two nodes: CPUs 0-1 on node 0, 2-3 on node 1.
+    fn two_node_reader(r: &std::path::Path) -> NumaMemoryReader {
+        let layout = NodeLayout::from_parts(
+            BTreeMap::from([(0, 0), (1, 0), (2, 1), (3, 1)]),
+            vec![PfnRange {
+                start: 0,
+                end: 1,
+                node: 0,
+                pad: 0,
+            }],
+        )
+        .expect("layout");
+        NumaMemoryReader {
+            memory_root: r.to_owned(),
+            cpuset_root: Some(r.to_owned()),
+            id_root: r.to_owned(),
+            v1: false,
+            layout,
+            page_size: 4096,
+        }
+    }
+
     #[test]
     fn memory_bytes_per_node_with_locality() {
         let root = tempfile::tempdir().expect("tempdir");
@@ -434,31 +666,14 @@ mod tests {
             "anon N0=4096 N1=8192\nfile N0=0 N1=4096\n",
         )
         .expect("write");
-        let layout = NodeLayout::from_parts(
-            BTreeMap::from([(0, 0), (1, 0), (2, 1), (3, 1)]),
-            vec![PfnRange {
-                start: 0,
-                end: 1,
-                node: 0,
-                pad: 0,
-            }],
-        )
-        .expect("layout");
-        let reader = NumaMemoryReader {
-            memory_root: r.to_owned(),
-            cpuset_root: Some(r.to_owned()),
-            id_root: r.to_owned(),
-            v1: false,
-            layout,
-            page_size: 4096,
-        };
+        let reader = two_node_reader(r);
         let workloads = WorkloadIndex::new();
         workloads.insert(std::fs::metadata(r.join("job")).expect("stat").ino(), pod());
         let metrics = Metrics::new().expect("registry");
         metrics
             .register(
                 "numa_memory",
-                NumaMemoryCollector::new(reader, Arc::default(), workloads),
+                NumaMemoryCollector::new(reader, Arc::default(), workloads, None),
             )
             .expect("register");
         let text = metrics.render();
@@ -473,6 +688,64 @@ mod tests {
             format!("qosd_numa_memory_bytes{{{}}} 4096", job("local", "0")),
             format!("qosd_numa_memory_bytes{{{}}} 12288", job("remote", "1")),
         ] {
+            assert!(text.contains(&want), "missing {want}:\n{text}");
+        }
+    }
+
+    /// A cgroup that may run on every node (an unpinned pod) has each node's memory split by
+    /// where its tasks ran: 90% of its CPU time on node 0 makes node 0's memory 90% local and
+    /// node 1's 90% remote. A pinned one keeps the cpuset rule.
+    #[test]
+    fn unpinned_memory_is_weighed_by_where_the_tasks_ran() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        for (dir, cpus) in [("free", "0-3"), ("free/task", "0-3"), ("pinned", "2-3")] {
+            std::fs::create_dir_all(r.join(dir)).expect("mkdir");
+            std::fs::write(r.join(dir).join("cpuset.cpus.effective"), cpus).expect("write");
+            std::fs::write(
+                r.join(dir).join("memory.numa_stat"),
+                "anon N0=40960 N1=40960\nfile N0=0 N1=0\n",
+            )
+            .expect("write");
+        }
+        let reader = two_node_reader(r);
+        let ino = |p: &str| std::fs::metadata(r.join(p)).expect("stat").ino();
+        let placement = CpuPlacement::new(vec![0, 1]);
+        let t0 = std::time::Instant::now();
+        placement.record(t0, HashMap::from([(ino("free/task"), vec![0, 0])]));
+        placement.record(
+            t0 + std::time::Duration::from_secs(10),
+            HashMap::from([
+                (ino("free/task"), vec![900, 100]),
+                (ino("pinned"), vec![0, 500]),
+            ]),
+        );
+        let metrics = Metrics::new().expect("registry");
+        metrics
+            .register(
+                "numa_memory",
+                NumaMemoryCollector::new(
+                    reader,
+                    Arc::default(),
+                    WorkloadIndex::new(),
+                    Some(placement),
+                ),
+            )
+            .expect("register");
+        let text = metrics.render();
+        for (cgroup, node, locality, bytes) in [
+            // The parent's memory is weighed by its task's CPU time.
+            ("/free", "0", "local", 36864),
+            ("/free", "0", "remote", 4096),
+            ("/free", "1", "local", 4096),
+            ("/free", "1", "remote", 36864),
+            ("/free/task", "1", "remote", 36864),
+            ("/pinned", "0", "remote", 40960),
+            ("/pinned", "1", "local", 40960),
+        ] {
+            let want = format!(
+                "qosd_numa_memory_bytes{{cgroup=\"{cgroup}\",locality=\"{locality}\",node=\"{node}\"}} {bytes}"
+            );
             assert!(text.contains(&want), "missing {want}:\n{text}");
         }
     }

@@ -39,12 +39,25 @@ const INSPECT_WAIT: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug, Default)]
 pub struct Inspect(Arc<InspectState>);
 
-#[derive(Debug, Default)]
+/// A table added to every report, with its data under a key of `data` (the NUMA placement).
+pub type Appendix = Arc<dyn Fn() -> (crate::report::Section, serde_json::Value) + Send + Sync>;
+
+#[derive(Default)]
 struct InspectState {
     /// `Some`: served as is. `None`: the renderer answers requests.
     fixed: Mutex<Option<Report>>,
     /// Requests waiting for the renderer.
     waiting: Mutex<Vec<oneshot::Sender<Report>>>,
+    /// Tables the agent adds after the manager's, by their key in `data`.
+    appendices: Mutex<Vec<(&'static str, Appendix)>>,
+}
+
+impl std::fmt::Debug for InspectState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InspectState")
+            .field("fixed", &self.fixed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Inspect {
@@ -91,8 +104,47 @@ impl Inspect {
         }
     }
 
-    /// The report: the fixed one, or the renderer's answer (a note when it does not come).
+    /// Adds a table after the manager's in every report, its data under `key`.
+    pub fn append(&self, key: &'static str, appendix: Appendix) {
+        if let Ok(mut appendices) = self.0.appendices.lock() {
+            appendices.push((key, appendix));
+        }
+    }
+
+    /// The report with the appended tables (built on a blocking thread: they read cgroupfs).
     pub async fn get(&self) -> Report {
+        let mut report = self.manager_report().await;
+        let appendices = self
+            .0
+            .appendices
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_default();
+        if appendices.is_empty() {
+            return report;
+        }
+        let built = tokio::task::spawn_blocking(move || {
+            appendices
+                .iter()
+                .map(|(key, build)| (*key, build()))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (key, (section, data)) in built {
+            report.sections.push(section);
+            if let serde_json::Value::Object(map) = &mut report.data {
+                map.insert(key.to_owned(), data);
+            } else if report.data.is_null() {
+                report.data = serde_json::json!({ key: data });
+            }
+        }
+        report
+    }
+
+    /// The manager's report: the fixed one, or the renderer's answer (a note when it does not
+    /// come).
+    async fn manager_report(&self) -> Report {
         let (tx, rx) = oneshot::channel();
         {
             let fixed = self.0.fixed.lock().ok().and_then(|f| f.clone());

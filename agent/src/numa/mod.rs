@@ -8,7 +8,9 @@
 //! - [`memory`]: a cgroup's resident memory per node from `memory.numa_stat` (v1 and v2
 //!   formats) and its locality against the nodes of the cgroup's CPUs
 //!   (`cpuset.cpus.effective`, v1 `cpuset.effective_cpus`);
-//! - [`migrate`]: moving a process's pages to one node (`migrate_pages(2)`).
+//! - [`migrate`]: moving a process's pages to one node (`migrate_pages(2)`);
+//! - [`placement`]: where each cgroup's tasks ran, CPU time per node from the cpu-time
+//!   probe's per-CPU counters, over recent windows.
 //!
 //! The machine topology for the resource managers (packages, cores, caches) comes from hwloc in
 //! [`crate::machine`]; this module reads the kernel's own files because the probes need the
@@ -16,9 +18,18 @@
 pub mod memory;
 pub mod migrate;
 pub mod node_layout;
+pub mod placement;
 
 pub use memory::{CgroupNumaMemory, MemoryError, NumaMemoryReader, NumaStat};
 pub use node_layout::{NodeLayout, NodeLayoutError, RangeSource};
+
+/// The machine's NUMA layout and where cgroups ran, as the container managers' feedback takes
+/// them (both `None` where unreadable or on one node).
+#[derive(Clone, Debug, Default)]
+pub struct NumaContext {
+    pub layout: Option<NodeLayout>,
+    pub placement: Option<placement::CpuPlacement>,
+}
 
 /// Whether memory (or an event) is on the node of the CPU that uses it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

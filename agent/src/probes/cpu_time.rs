@@ -34,6 +34,10 @@ pub struct CpuTimeSample {
     pub map_entries: usize,
     /// Counter slots assigned.
     pub slots_used: usize,
+    /// cgroup id -> nanoseconds on CPU per NUMA node (positions of
+    /// [`crate::numa::placement::CpuNodes::nodes`]), when the probe was given the nodes
+    /// ([`SwitchProbe::set_cpu_nodes`]); empty otherwise.
+    pub nanos_by_cgroup_node: HashMap<u64, Vec<u64>>,
 }
 
 impl SwitchProbe {
@@ -44,6 +48,16 @@ impl SwitchProbe {
     pub fn sample_cpu_time(&mut self) -> Result<CpuTimeSample, CpuTimeError> {
         let totals = self.cpu_time_map()?;
         let mut nanos_by_cgroup = HashMap::new();
+        let mut nanos_by_cgroup_node: HashMap<u64, Vec<u64>> = HashMap::new();
+        let nodes = self.cpu_nodes.clone();
+        let mut per_node = |cgroup_id: u64, per_cpu: &[u64]| {
+            if let Some(nodes) = &nodes {
+                let slot = nanos_by_cgroup_node
+                    .entry(cgroup_id)
+                    .or_insert_with(|| vec![0; nodes.nodes.len()]);
+                nodes.add_per_cpu(per_cpu, slot);
+            }
+        };
         let mut map_entries = 0;
         for (cgroup_id, per_cpu) in
             batch::per_cpu_hash(&totals).map_err(|e| map_error(names::CPU_TIME_MAP, &e))?
@@ -53,6 +67,7 @@ impl SwitchProbe {
                 cgroup_id,
                 per_cpu.iter().copied().fold(0u64, u64::saturating_add),
             );
+            per_node(cgroup_id, &per_cpu);
         }
         self.assign_slots(nanos_by_cgroup.keys().copied())?;
         for (cgroup_id, per_cpu) in
@@ -60,6 +75,7 @@ impl SwitchProbe {
         {
             let total = nanos_by_cgroup.entry(cgroup_id).or_default();
             *total = per_cpu.iter().copied().fold(*total, u64::saturating_add);
+            per_node(cgroup_id, &per_cpu);
         }
 
         if self.host_pids {
@@ -68,16 +84,27 @@ impl SwitchProbe {
             let on_cpus = running
                 .get(&0, 0)
                 .map_err(|e| map_error(names::RUNNING_MAP, &e))?;
-            for task in on_cpus.iter().filter(|t| t.pid != 0 && t.cgroup_id != 0) {
+            for (cpu, task) in on_cpus
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.pid != 0 && t.cgroup_id != 0)
+            {
                 if let Some(runtime) = task_runtime_ns(task.pid)
                     && runtime > task.start_runtime_ns
                 {
-                    *nanos_by_cgroup.entry(task.cgroup_id).or_default() +=
-                        runtime - task.start_runtime_ns;
+                    let running = runtime - task.start_runtime_ns;
+                    *nanos_by_cgroup.entry(task.cgroup_id).or_default() += running;
+                    if let Some(nodes) = &nodes {
+                        let slot = nanos_by_cgroup_node
+                            .entry(task.cgroup_id)
+                            .or_insert_with(|| vec![0; nodes.nodes.len()]);
+                        nodes.add_on_cpu(cpu, running, slot);
+                    }
                 }
             }
         }
         nanos_by_cgroup.retain(|_, ns| *ns != 0);
+        nanos_by_cgroup_node.retain(|id, _| nanos_by_cgroup.contains_key(id));
 
         let stats_map: PerCpuArray<&MapData, ProbeStats> = self.per_cpu_array(names::STATS_MAP)?;
         let per_cpu = stats_map
@@ -93,6 +120,7 @@ impl SwitchProbe {
             });
         Ok(CpuTimeSample {
             nanos_by_cgroup,
+            nanos_by_cgroup_node,
             stats,
             map_entries,
             slots_used: self.slots.len(),

@@ -77,6 +77,8 @@ pub struct SwitchProbe {
     /// Whether `/proc/<pid>` names the tasks the programs record (qosd shares the host's pid
     /// namespace), so the slices in progress can be read from `/proc/<pid>/schedstat`.
     pub(super) host_pids: bool,
+    /// The node of each CPU, to sum CPU time per NUMA node (two nodes or more).
+    pub(super) cpu_nodes: Option<crate::numa::placement::CpuNodes>,
 }
 
 impl SwitchProbe {
@@ -148,6 +150,7 @@ impl SwitchProbe {
                 throttle_mode,
                 slots: SlotTable::new(MAX_SLOTS),
                 host_pids,
+                cpu_nodes: None,
             });
         }
         let all = refused
@@ -177,6 +180,12 @@ impl SwitchProbe {
     #[must_use]
     pub fn refused_modes(&self) -> &[(ProbeMode, AttachError)] {
         &self.refused
+    }
+
+    /// Has every cpu-time reading sum the per-CPU counters per NUMA node too
+    /// ([`super::cpu_time::CpuTimeSample::nanos_by_cgroup_node`]).
+    pub fn set_cpu_nodes(&mut self, nodes: crate::numa::placement::CpuNodes) {
+        self.cpu_nodes = Some(nodes);
     }
 
     /// The mode of the throttle-episode programs (fentry, or unavailable with the reason).

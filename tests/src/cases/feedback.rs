@@ -34,14 +34,14 @@ const AFTER: Duration = Duration::from_secs(8);
 /// qosd in standalone mode on a test root with the given pods and KubeletConfiguration
 /// lines, with a fast feedback. Everything is removed on drop: qosd first (fields drop in
 /// declaration order), then its cgroups, which a running qosd would otherwise make again.
-struct Scenario {
-    agent: Agent,
-    h: Hierarchies,
+pub(super) struct Scenario {
+    pub(super) agent: Agent,
+    pub(super) h: Hierarchies,
     _files: TempPaths,
 }
 
 impl Scenario {
-    fn start(
+    pub(super) fn start(
         ctx: &Context,
         prefix: &str,
         kubelet: &str,
@@ -72,7 +72,7 @@ impl Scenario {
     }
 
     /// The processes of the cgroup `relative` (under the test root).
-    fn pids(&self, relative: &str) -> Result<Vec<u32>, String> {
+    pub(super) fn pids(&self, relative: &str) -> Result<Vec<u32>, String> {
         Ok(self
             .h
             .read("cpu", relative, "cgroup.procs")?
@@ -82,7 +82,7 @@ impl Scenario {
     }
 
     /// Waits for at least `count` processes in `relative`.
-    fn wait_pids(&self, relative: &str, count: usize) -> Result<Vec<u32>, String> {
+    pub(super) fn wait_pids(&self, relative: &str, count: usize) -> Result<Vec<u32>, String> {
         wait_for(relative, Duration::from_secs(30), || {
             let pids = self.pids(relative)?;
             if pids.len() >= count {
@@ -108,7 +108,7 @@ impl Scenario {
     }
 
     /// Waits for `policy`'s first decision: `Ok(true)` applied, `Ok(false)` unavailable.
-    fn wait_decision(&self, policy: &str, within: Duration) -> Result<bool, String> {
+    pub(super) fn wait_decision(&self, policy: &str, within: Duration) -> Result<bool, String> {
         wait_for(&format!("a {policy} decision"), within, || {
             let text = self.agent.scrape()?;
             let count = |action: &str| {
@@ -132,7 +132,7 @@ impl Scenario {
 
     /// The first decision of `policy` in `/inspect`'s report, as one line (published within a
     /// second of the decision; emulated guests are slower).
-    fn decision_line(&self, policy: &str) -> Result<String, String> {
+    pub(super) fn decision_line(&self, policy: &str) -> Result<String, String> {
         wait_for(
             &format!("a {policy} line in /inspect"),
             Duration::from_secs(15),
@@ -162,12 +162,12 @@ impl Scenario {
         .map_err(|e| self.with_log(e))
     }
 
-    fn with_log(&self, e: impl std::fmt::Display) -> String {
+    pub(super) fn with_log(&self, e: impl std::fmt::Display) -> String {
         format!("{e}\n{}", self.agent.log_tail())
     }
 }
 
-fn pod(uid: &str, name: &str, command: &str, resources: &str) -> String {
+pub(super) fn pod(uid: &str, name: &str, command: &str, resources: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: systest, uid: {uid}}}\n\
          spec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    \

@@ -5,6 +5,7 @@ pub(crate) mod feedback;
 pub(crate) mod kubernetes;
 pub(crate) mod lifecycle;
 pub(crate) mod numa;
+pub(crate) mod numa_unpinned;
 pub(crate) mod pods;
 pub(crate) mod prometheus;
 pub(crate) mod runqlat;
@@ -67,6 +68,10 @@ pub(crate) fn all() -> Vec<Case> {
             run: topology::guaranteed_pod_pinned_to_one_numa_node,
         },
         Case {
+            name: "numa_memory_of_unpinned_pods_is_judged_by_where_they_ran",
+            run: numa_unpinned::unpinned_memory_is_judged_by_where_it_ran,
+        },
+        Case {
             name: "feedback_gives_a_throttled_burstable_container_a_cpu_burst",
             run: feedback::throttled_burstable_gets_a_burst,
         },
@@ -89,6 +94,10 @@ pub(crate) fn all() -> Vec<Case> {
         Case {
             name: "systemd_beside_kubelet_interventions_are_unit_properties_and_restored",
             run: systemd_kubelet::interventions_are_unit_properties_beside_kubelet,
+        },
+        Case {
+            name: "systemd_driver_dashboard_queries_answer",
+            run: prometheus::dashboard_queries_answer_on_the_systemd_driver,
         },
         Case {
             name: "sigterm_detaches_programs_and_exits_zero_within_5s",

@@ -340,7 +340,7 @@ fn write(path: &std::path::Path, value: &str) -> Result<(), String> {
 
 /// Resident bytes per node from `memory.numa_stat`: v2 `anon` + `file` lines (bytes), v1 the
 /// `hierarchical_total` line (pages).
-fn kernel_numa_stat(dir: &std::path::Path) -> Result<BTreeMap<u32, u64>, String> {
+pub(super) fn kernel_numa_stat(dir: &std::path::Path) -> Result<BTreeMap<u32, u64>, String> {
     let file = dir.join("memory.numa_stat");
     let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut out = BTreeMap::new();
@@ -557,7 +557,7 @@ fn measure_placement(ctx: &Context, agent: &Agent, probe_info: &str) -> Result<P
 }
 
 /// A program on PATH.
-fn which(program: &str) -> Result<PathBuf, String> {
+pub(super) fn which(program: &str) -> Result<PathBuf, String> {
     std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())

@@ -167,7 +167,21 @@ pub(crate) fn dashboard_queries_answer(ctx: &Context) -> Outcome {
             "{PROMETHEUS} is missing: `cargo xtask setup` installs the Debian package prometheus (and `cargo xtask test` copies it into the guests)"
         ));
     }
-    match run(ctx) {
+    match run(ctx, None) {
+        Ok(outcome) => outcome,
+        Err(e) => fail(e),
+    }
+}
+
+/// The same with qosd's systemd cgroup driver (`cgroupDriver: systemd`), in the systemd guests.
+pub(crate) fn dashboard_queries_answer_on_the_systemd_driver(ctx: &Context) -> Outcome {
+    if let Some(reason) = super::systemd::systemd_here() {
+        return Outcome::Skip(reason);
+    }
+    if !Path::new(PROMETHEUS).is_file() {
+        return fail(format!("{PROMETHEUS} is missing"));
+    }
+    match run(ctx, Some("systemd")) {
         Ok(outcome) => outcome,
         Err(e) => fail(e),
     }
@@ -193,7 +207,9 @@ fn pod_manifest(spec: &PodSpec, self_exe: &Path) -> String {
     )
 }
 
-fn run(ctx: &Context) -> Result<Outcome, String> {
+/// qosd standalone with the test pods, `driver` the KubeletConfiguration's `cgroupDriver`
+/// (none: no configuration, cgroupfs), scraped by Prometheus; every dashboard query asked.
+fn run(ctx: &Context, driver: Option<&str>) -> Result<Outcome, String> {
     let dashboards = load_dashboards()?;
     // With two NUMA nodes (the guests) the hinting-fault panels must show data too: NUMA
     // balancing takes hinting faults only while it is on.
@@ -203,6 +219,9 @@ fn run(ctx: &Context) -> Result<Outcome, String> {
         None
     };
     let h = Hierarchies::new("qosd-systest-prom")?;
+    // On the systemd driver, whatever happens, no unit of the case stays (qosd stops them at
+    // SIGTERM; this is for a run that failed before).
+    let _slice = StopSlice(driver.map(|_| format!("{}.slice", h.root_name.replace('-', "_"))));
     let scratch = std::env::temp_dir().join(format!("{}-files", h.root_name));
     let manifests = scratch.join("manifests");
     let _cleanup = TempPaths(vec![scratch.clone()]);
@@ -213,7 +232,7 @@ fn run(ctx: &Context) -> Result<Outcome, String> {
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     std::fs::write(manifests.join("too-big.yaml"), TOO_BIG).map_err(|e| e.to_string())?;
-    let args: Vec<String> = [
+    let mut args: Vec<String> = [
         "--manifest-dir",
         &manifests.display().to_string(),
         "--cgroup-root",
@@ -226,6 +245,17 @@ fn run(ctx: &Context) -> Result<Outcome, String> {
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
+    if let Some(driver) = driver {
+        let config = scratch.join("kubelet.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: {driver}\n"
+            ),
+        )
+        .map_err(|e| format!("{}: {e}", config.display()))?;
+        args.extend(["--kubelet-config".to_owned(), config.display().to_string()]);
+    }
     let mut agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
     let with_log = |e: String, agent: &Agent| format!("{e}\n{}", agent.log_tail());
 
@@ -263,6 +293,17 @@ fn run(ctx: &Context) -> Result<Outcome, String> {
         return Err(format!("qosd exited {status} after SIGTERM"));
     }
     Ok(outcome)
+}
+
+/// Stops a systemd slice when dropped.
+struct StopSlice(Option<String>);
+
+impl Drop for StopSlice {
+    fn drop(&mut self) {
+        if let Some(unit) = &self.0 {
+            let _ = super::systemd::systemctl(&["stop", unit]);
+        }
+    }
 }
 
 /// One dashboard: its file name and parsed JSON.

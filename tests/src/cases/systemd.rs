@@ -463,10 +463,13 @@ fn run_feedback(ctx: &Context, root: &str, scratch: &Path) -> Result<String, Str
     let mut agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
     let with_log = |e: String| format!("{e}\n--- qosd log ---\n{}", agent.log_tail());
 
+    // The processes as the cpuset hierarchy has them: on v1 qosd joins a container to the
+    // hierarchies systemd does not manage (cpuset) after systemd placed it, and joining a
+    // cpuset resets a task's affinity, so it is pinned only once it is there.
     let scope_procs = |tier: &str, uid: &str| -> Result<Vec<u32>, String> {
         let pod_unit = format!("{slice}-kubepods-{tier}-pod{}.slice", uid.replace('-', "_"));
         let mut dir = layout.dir(
-            "cpu",
+            "cpuset",
             &PathBuf::from(format!("{slice}.slice")).join(format!("{slice}-kubepods.slice")),
         );
         if tier != "guaranteed" {
@@ -519,7 +522,47 @@ fn run_feedback(ctx: &Context, root: &str, scratch: &Path) -> Result<String, Str
             Err(format!("none yet (unavailable: {})", count("unavailable")))
         }
     })
-    .map_err(with_log)?;
+    .map_err(|e| {
+        // What qosd attributes: the pods' CPU time series (labelled when the index knows
+        // their cgroup ids) and the scopes' inodes in the cpu hierarchy.
+        let text = agent.scrape().unwrap_or_default();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                (l.starts_with("qosd_cgroup_cpu_seconds_total")
+                    || l.starts_with("qosd_runqueue_preemptions_total"))
+                    && l.contains(&slice)
+            })
+            .collect();
+        let inodes: Vec<String> = [("burstable", VICTIM_UID), ("besteffort", NOISY_UID)]
+            .iter()
+            .map(|(tier, uid)| {
+                let dir = layout.dir(
+                    "cpu",
+                    &PathBuf::from(format!("{slice}.slice"))
+                        .join(format!("{slice}-kubepods.slice"))
+                        .join(format!("{slice}-kubepods-{tier}.slice"))
+                        .join(format!(
+                            "{slice}-kubepods-{tier}-pod{}.slice",
+                            uid.replace('-', "_")
+                        ))
+                        .join(format!("qosd-pod{uid}-c.scope")),
+                );
+                use std::os::unix::fs::MetadataExt as _;
+                format!(
+                    "{}: inode {:?}, procs [{}]",
+                    dir.display(),
+                    std::fs::metadata(&dir).map(|m| m.ino()).ok(),
+                    read(&dir.join("cgroup.procs")).unwrap_or_default()
+                )
+            })
+            .collect();
+        with_log(format!(
+            "{e}\n--- series ---\n{}\n--- scopes ---\n{}",
+            series.join("\n"),
+            inodes.join("\n")
+        ))
+    })?;
     let held = || TierHeld::read(layout, &tier_dir, &tier_unit);
     let before = wait_for(
         "the tier idle and capped, in its files and its unit",

@@ -196,6 +196,14 @@ impl BesideKubelet {
         self.feedback = Some(feedback);
     }
 
+    /// Has the feedback judge unpinned containers by where they ran (see
+    /// [`FeedbackLoop::set_placement`]).
+    pub fn set_cpu_placement(&mut self, placement: crate::numa::placement::CpuPlacement) {
+        if let Some(feedback) = &mut self.feedback {
+            feedback.set_placement(placement);
+        }
+    }
+
     /// Records how the pod source is doing, for `qosd inspect`.
     pub fn set_source(&mut self, describe: String, reachable: Option<bool>, synced: bool) {
         self.source = (describe, reachable, synced);

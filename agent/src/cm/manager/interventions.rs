@@ -36,6 +36,14 @@ impl ContainerManager {
         self.feedback = Some(feedback);
     }
 
+    /// Has the feedback judge unpinned containers by where they ran (see
+    /// [`FeedbackLoop::set_placement`]).
+    pub fn set_cpu_placement(&mut self, placement: crate::numa::placement::CpuPlacement) {
+        if let Some(feedback) = &mut self.feedback {
+            feedback.set_placement(placement);
+        }
+    }
+
     /// Runs the feedback when a snapshot is due; changed overrides are written at once.
     pub fn feedback_tick(&mut self) {
         let now = Instant::now();
