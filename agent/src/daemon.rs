@@ -143,6 +143,18 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         signal: "SIGINT",
         source,
     })?;
+    // SIGQUIT stops like SIGTERM. SIGHUP (a closed terminal, a dropped ssh session) is said
+    // and ignored: an agent managing containers must not die with the terminal that started
+    // it, and qosd has no configuration to reload. SIGPIPE is ignored by the Rust runtime (a
+    // write to a closed socket is an error of that write).
+    let mut sigquit = signal(SignalKind::quit()).map_err(|source| DaemonError::Signal {
+        signal: "SIGQUIT",
+        source,
+    })?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(|source| DaemonError::Signal {
+        signal: "SIGHUP",
+        source,
+    })?;
 
     let layout = CgroupLayout::detect()?;
     let hierarchy = layout
@@ -237,9 +249,18 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     let (stop, stopped) = watch::channel(false);
     let serving = tokio::spawn(server.serve(metrics.clone(), inspect, stopped));
 
-    let which = tokio::select! {
-        _ = sigterm.recv() => "SIGTERM",
-        _ = sigint.recv() => "SIGINT",
+    let which = loop {
+        tokio::select! {
+            _ = sigterm.recv() => break "SIGTERM",
+            _ = sigint.recv() => break "SIGINT",
+            _ = sigquit.recv() => break "SIGQUIT",
+            _ = sighup.recv() => {
+                tracing::warn!(
+                    signal = "SIGHUP",
+                    "ignored: qosd keeps running and managing its pods (stop it with SIGTERM)"
+                );
+            }
+        }
     };
     tracing::info!(signal = which, "shutting down");
     // Receivers only disappear when the server task has already ended.

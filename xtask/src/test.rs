@@ -83,6 +83,7 @@ pub(crate) fn run(args: TestArgs) -> Result<()> {
     match &built {
         Ok(bins) => {
             results.push(host(bins));
+            results.push(leftovers());
             if !args.no_vm {
                 results.extend(vms(&toolchain, bins));
             }
@@ -324,6 +325,74 @@ fn host(bins: &TestBinaries) -> TierResult {
         counts,
         took: started.elapsed(),
         note,
+    }
+}
+
+/// The prefixes of every cgroup the host cases make (cgroupfs and systemd spellings).
+const TEST_CGROUP_PREFIXES: [&str; 2] = ["qosd-systest", "qosd_systest"];
+
+/// After the host tier: nothing of the cases is left in the host's cgroupfs (every case
+/// removes what it made, also when it fails). Each cgroup mount is searched three levels
+/// deep (a test root sits at the top, a systemd-spelled one in a slice).
+fn leftovers() -> TierResult {
+    let started = Instant::now();
+    println!("\n== leftovers: the host's cgroupfs after the host tier");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mut found = Vec::new();
+    for line in mounts.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(_), Some(mount), Some(kind)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if kind == "cgroup" || kind == "cgroup2" {
+            find_test_cgroups(Path::new(mount), 3, &mut found);
+        }
+    }
+    found.sort();
+    found.dedup();
+    let mut counts = CaseCounts::default();
+    let note = if found.is_empty() {
+        counts.passed = 1;
+        String::new()
+    } else {
+        counts.failed = 1;
+        let listed: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+        let line = format!("test cgroups left behind: {}", listed.join(", "));
+        counts.failures.push(line.clone());
+        line
+    };
+    println!(
+        "{}",
+        if note.is_empty() {
+            "RESULT no_test_cgroup_left_in_cgroupfs PASS"
+        } else {
+            note.as_str()
+        }
+    );
+    TierResult {
+        tier: "host",
+        target: "leftovers in cgroupfs".to_owned(),
+        counts,
+        took: started.elapsed(),
+        note,
+    }
+}
+
+fn find_test_cgroups(dir: &Path, depth: u32, found: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if TEST_CGROUP_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            found.push(entry.path());
+        } else if depth > 1 {
+            find_test_cgroups(&entry.path(), depth - 1, found);
+        }
     }
 }
 

@@ -160,8 +160,49 @@ fn detaches_on(ctx: &Context, signal: i32, name: &str) -> Outcome {
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 
 fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
+    let (agent, ours) = started_with_programs(ctx)?;
+    stops_and_detaches(agent, &ours, signal, name)
+}
+
+/// SIGHUP (a closed terminal) is said and ignored: qosd keeps serving. SIGQUIT then stops it
+/// like SIGTERM.
+pub(crate) fn sighup_is_ignored_and_sigquit_detaches(ctx: &Context) -> Outcome {
+    let run = || -> Result<String, String> {
+        let (agent, ours) = started_with_programs(ctx)?;
+        let pid = agent.pid().ok_or("qosd has no process")?;
+        let pid = i32::try_from(pid).map_err(|e| e.to_string())?;
+        // SAFETY: kill(2) on qosd's own child process, with a valid signal number.
+        if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
+            return Err(format!("kill SIGHUP: {}", std::io::Error::last_os_error()));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        agent.scrape().map_err(|e| {
+            format!(
+                "qosd stopped serving after SIGHUP: {e}\n{}",
+                agent.log_tail()
+            )
+        })?;
+        if !agent.log_tail().contains("SIGHUP") {
+            return Err(format!(
+                "qosd did not say it ignored SIGHUP:\n{}",
+                agent.log_tail()
+            ));
+        }
+        let detail = stops_and_detaches(agent, &ours, libc::SIGQUIT, "SIGQUIT")?;
+        Ok(format!(
+            "SIGHUP: still serving 1 s later, said in the log; {detail}"
+        ))
+    };
+    match run() {
+        Ok(detail) => Outcome::Pass(detail),
+        Err(e) => fail(e),
+    }
+}
+
+/// qosd started, with the ids of the sched_switch programs it loaded.
+fn started_with_programs(ctx: &Context) -> Result<(Agent, BTreeSet<u32>), String> {
     let before = probe_programs()?;
-    let mut agent = Agent::start(&ctx.qosd, Duration::from_secs(60))?;
+    let agent = Agent::start(&ctx.qosd, Duration::from_secs(60))?;
     let ours: BTreeSet<u32> = probe_programs()?.difference(&before).copied().collect();
     if ours.is_empty() {
         return Err(format!(
@@ -169,12 +210,22 @@ fn detaches(ctx: &Context, signal: i32, name: &str) -> Result<String, String> {
             agent.pid()
         ));
     }
+    Ok((agent, ours))
+}
+
+/// Sends `signal`; qosd must exit 0 within the budget with its programs `ours` gone.
+fn stops_and_detaches(
+    mut agent: Agent,
+    ours: &BTreeSet<u32>,
+    signal: i32,
+    name: &str,
+) -> Result<String, String> {
     let (status, took) = agent.stop(signal, SHUTDOWN_BUDGET * 2)?;
     // The kernel frees a program when its last link and fd are released, which it may finish
     // in a work item shortly after the process has exited.
     let released_by = Instant::now() + Duration::from_secs(3);
     let left = loop {
-        let left: Vec<u32> = probe_programs()?.intersection(&ours).copied().collect();
+        let left: Vec<u32> = probe_programs()?.intersection(ours).copied().collect();
         if left.is_empty() || Instant::now() > released_by {
             break left;
         }

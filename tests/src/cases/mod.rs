@@ -108,6 +108,10 @@ pub(crate) fn all() -> Vec<Case> {
             run: lifecycle::sigint_detaches,
         },
         Case {
+            name: "sighup_is_ignored_and_sigquit_detaches_programs_within_5s",
+            run: lifecycle::sighup_is_ignored_and_sigquit_detaches,
+        },
+        Case {
             name: "runqueue_latency_matches_schedstat",
             run: runqlat::waits_match_schedstat,
         },
