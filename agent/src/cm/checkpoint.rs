@@ -23,7 +23,7 @@
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -548,7 +548,12 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), CheckpointError>
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),
     };
-    fs::create_dir_all(&dir).map_err(io_err("creating the directory of", path))?;
+    // State and checkpoints are qosd's alone: a directory it makes is 0700, a file 0600.
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(io_err("creating the directory of", path))?;
     let tmp = dir.join(format!(
         "{}{}-{}",
         temporary_prefix(path),
@@ -571,7 +576,7 @@ fn write_synced(tmp: &Path, contents: &[u8]) -> io::Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o644)
+        .mode(0o600)
         .open(tmp)?;
     file.write_all(contents)?;
     file.sync_all()
@@ -839,5 +844,18 @@ mod tests {
         assert_eq!(json_u64(o, "checksum").unwrap(), 5);
         assert_eq!(json_u64(o, "missing").unwrap(), 0);
         assert!(json_u64(o, "defaultCpuSet").is_err());
+    }
+
+    /// State is qosd's alone: the file 0600, a directory it makes 0700.
+    #[test]
+    fn state_files_and_directories_are_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let root = tempfile::tempdir().expect("tempdir");
+        let path = root.path().join("state/sub/cpu_manager_state");
+        write_atomic(&path, b"{}").expect("write");
+        let mode = |p: &Path| fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&root.path().join("state")), 0o700);
+        assert_eq!(mode(&root.path().join("state/sub")), 0o700);
     }
 }

@@ -1,6 +1,11 @@
 //! The HTTP endpoint: `GET /metrics` (Prometheus text format 0.0.4), `GET /healthz` and
 //! `GET /inspect` (the JSON [`Report`] `qosd inspect` prints).
 //! hyper serves HTTP/1.1 so the agent carries no hand-written HTTP parser.
+//!
+//! The endpoint is bounded ([`Limits`]): a request's headers must arrive within a timeout
+//! and fit a buffer, a connection lives at most so long, and at most so many are open at
+//! once (more are closed as they come), so a slow or hostile client cannot hold a scrape, the
+//! agent's memory or its file descriptors. It listens on loopback unless told otherwise.
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -12,7 +17,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
@@ -169,9 +174,36 @@ impl Inspect {
     }
 }
 
+/// What one client may take of the endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once; more are closed at accept.
+    pub connections: usize,
+    /// How long a request's headers may take to arrive (also between keep-alive requests).
+    pub header_timeout: Duration,
+    /// The largest request head accepted (hyper's read buffer).
+    pub max_head_bytes: usize,
+    /// How long one connection may stay open, whatever it does.
+    pub connection_lifetime: Duration,
+}
+
+impl Default for Limits {
+    /// 64 connections (Prometheus keeps one per target, a person a few), 10 s for headers,
+    /// 16 KiB of request head, 5 minutes per connection.
+    fn default() -> Self {
+        Self {
+            connections: 64,
+            header_timeout: Duration::from_secs(10),
+            max_head_bytes: 16 * 1024,
+            connection_lifetime: Duration::from_secs(300),
+        }
+    }
+}
+
 /// A bound, not yet serving, endpoint.
 pub struct MetricsServer {
     listener: TcpListener,
+    limits: Limits,
 }
 
 impl MetricsServer {
@@ -180,7 +212,17 @@ impl MetricsServer {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| ServerError::Bind { addr, source })?;
-        Ok(Self { listener })
+        Ok(Self {
+            listener,
+            limits: Limits::default(),
+        })
+    }
+
+    /// The same endpoint with other limits.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The bound address.
@@ -197,6 +239,8 @@ impl MetricsServer {
         inspect: Inspect,
         mut shutdown: watch::Receiver<bool>,
     ) {
+        let limits = self.limits;
+        let open = Arc::new(tokio::sync::Semaphore::new(limits.connections));
         loop {
             let accepted = tokio::select! {
                 accepted = self.listener.accept() => accepted,
@@ -209,15 +253,29 @@ impl MetricsServer {
                     continue;
                 }
             };
+            let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
+                tracing::warn!(%peer, limit = limits.connections, "metrics endpoint: too many connections open; closed");
+                drop(stream);
+                continue;
+            };
             let metrics = metrics.clone();
             let inspect = inspect.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 let service = service_fn(move |req| respond(req, metrics.clone(), inspect.clone()));
-                if let Err(e) = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await
-                {
-                    tracing::debug!(%peer, error = %e, "metrics connection ended with an error");
+                let connection = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(limits.header_timeout)
+                    .max_buf_size(limits.max_head_bytes.max(8192))
+                    .serve_connection(TokioIo::new(stream), service);
+                match tokio::time::timeout(limits.connection_lifetime, connection).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "metrics connection ended with an error");
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "metrics connection open too long; closed");
+                    }
                 }
             });
         }
@@ -287,17 +345,27 @@ mod tests {
         response
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn serves_metrics_and_health_and_stops_on_shutdown() {
+    /// An endpoint on a free loopback port with `limits`, serving until the sender says so.
+    async fn serving(
+        limits: Limits,
+        inspect: Inspect,
+    ) -> (SocketAddr, watch::Sender<bool>, tokio::task::JoinHandle<()>) {
         let metrics = Arc::new(Metrics::new().expect("registry"));
         let server = MetricsServer::bind("127.0.0.1:0".parse().expect("addr"))
             .await
-            .expect("bind");
+            .expect("bind")
+            .with_limits(limits);
         let addr = server.local_addr().expect("bound");
         let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(server.serve(metrics, inspect, stopped));
+        (addr, stop, task)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serves_metrics_and_health_and_stops_on_shutdown() {
         let inspect = Inspect::default();
         inspect.set(Report::message("standalone", "kubepods"));
-        let task = tokio::spawn(server.serve(metrics, inspect, stopped));
+        let (addr, stop, task) = serving(Limits::default(), inspect).await;
 
         let body = tokio::task::spawn_blocking(move || get(addr, "/metrics"))
             .await
@@ -363,5 +431,87 @@ mod tests {
             Report::message("standalone", "stopped")
         );
         assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// A client that opens connections and sends nothing cannot hold the endpoint: past the
+    /// limit they are closed at accept, and one that never finishes its headers is closed after
+    /// the header timeout; a scrape still answers meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_and_slow_clients_are_bounded() {
+        let limits = Limits {
+            connections: 4,
+            header_timeout: Duration::from_millis(300),
+            max_head_bytes: 8192,
+            connection_lifetime: Duration::from_secs(60),
+        };
+        let (addr, stop, task) = serving(limits, Inspect::default()).await;
+        let outcome = tokio::task::spawn_blocking(move || {
+            // Four slow clients take every slot; a fifth is closed at once.
+            let mut slow: Vec<std::net::TcpStream> = (0..4)
+                .map(|_| {
+                    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+                    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                        .expect("part");
+                    s
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(100));
+            let mut fifth = std::net::TcpStream::connect(addr).expect("connect");
+            fifth
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .expect("timeout");
+            let _ = write!(fifth, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+            let mut answer = Vec::new();
+            let _ = fifth.read_to_end(&mut answer);
+            let refused = answer.is_empty();
+            // The slow ones are closed after the header timeout, freeing the slots.
+            let mut closed = 0;
+            for s in &mut slow {
+                s.set_read_timeout(Some(Duration::from_secs(2)))
+                    .expect("timeout");
+                let mut buf = Vec::new();
+                if s.read_to_end(&mut buf).is_ok() {
+                    closed += 1;
+                }
+            }
+            let after = get(addr, "/healthz");
+            (refused, closed, after)
+        })
+        .await
+        .expect("join");
+        assert!(outcome.0, "a connection past the limit is closed");
+        assert_eq!(outcome.1, 4, "slow clients closed after the header timeout");
+        assert!(outcome.2.ends_with("ok\n"), "{}", outcome.2);
+        stop.send(true).expect("signal");
+        let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+    }
+
+    /// A request head larger than the limit is refused, not buffered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_oversized_request_head_is_refused() {
+        let (addr, stop, task) = serving(Limits::default(), Inspect::default()).await;
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let big = "a".repeat(64 * 1024);
+            let _ = write!(
+                stream,
+                "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n"
+            );
+            let mut response = String::new();
+            let _ = stream.read_to_string(&mut response);
+            response
+        })
+        .await
+        .expect("join");
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+            "{}",
+            &answer[..answer.len().min(200)]
+        );
+        stop.send(true).expect("signal");
+        let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
     }
 }

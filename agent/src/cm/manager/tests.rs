@@ -453,7 +453,8 @@ fn feedback_decisions_are_written_over_kubelets_values_and_kept_by_reconcile() {
     }
     assert_eq!(read(d, &format!("{web}/cpu.max.burst")), "20000");
     assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.idle"), "1");
-    // Capped at half what the tier used (at most a quarter CPU, well above the 10m floor).
+    // Capped at half what the tier used: at most a quarter CPU (windows of at least 2 ms), and
+    // at least the 10m floor (a busy machine stretches the windows, and the rate falls).
     let tier_max = read(d, "qosd/kubepods/besteffort/cpu.max");
     let quota: u64 = tier_max
         .split_whitespace()
@@ -461,7 +462,7 @@ fn feedback_decisions_are_written_over_kubelets_values_and_kept_by_reconcile() {
         .and_then(|q| q.parse().ok())
         .unwrap_or_else(|| panic!("a quota in {tier_max}"));
     assert!(
-        (10_000..=25_000).contains(&quota),
+        (1_000..=25_000).contains(&quota),
         "tier cpu.max {tier_max}"
     );
     // Reconcile corrects a hand edit back to the feedback's value, not kubelet's.
