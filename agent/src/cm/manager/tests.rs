@@ -461,10 +461,7 @@ fn feedback_decisions_are_written_over_kubelets_values_and_kept_by_reconcile() {
         .next()
         .and_then(|q| q.parse().ok())
         .unwrap_or_else(|| panic!("a quota in {tier_max}"));
-    assert!(
-        (1_000..=25_000).contains(&quota),
-        "tier cpu.max {tier_max}"
-    );
+    assert!((1_000..=25_000).contains(&quota), "tier cpu.max {tier_max}");
     // Reconcile corrects a hand edit back to the feedback's value, not kubelet's.
     std::fs::write(d.join(web).join("cpu.max.burst"), "0").expect("write");
     m.reconcile();

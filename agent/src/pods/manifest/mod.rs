@@ -83,6 +83,17 @@ pub enum ManifestError {
         file: PathBuf,
         source: Arc<io::Error>,
     },
+    /// A manifest file larger than qosd reads (a runaway generator, a file that is not a
+    /// manifest); nothing of it is read.
+    #[error(
+        "{}: {bytes} bytes, more than the {limit} bytes qosd reads from a manifest file; ignored",
+        file.display()
+    )]
+    TooLarge {
+        file: PathBuf,
+        bytes: u64,
+        limit: u64,
+    },
     /// A document of a file is malformed or invalid.
     #[error("{}: {error}", file.display())]
     Document { file: PathBuf, error: DocumentError },
@@ -122,6 +133,7 @@ impl ManifestError {
         match self {
             Self::Dir { dir, .. } => dir,
             Self::Read { file, .. }
+            | Self::TooLarge { file, .. }
             | Self::Document { file, .. }
             | Self::DuplicatePod { file, .. }
             | Self::DuplicateUid { file, .. } => file,

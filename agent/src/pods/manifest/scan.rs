@@ -23,6 +23,10 @@ pub fn scan_dir(dir: &Path) -> Result<ScanResult, ManifestError> {
 /// clean" entries) rather than trusted on its unchanged stamp.
 const RACY_WINDOW: Duration = Duration::from_secs(2);
 
+/// The largest manifest file read: a pod manifest is a few KiB, a file of many pods a few
+/// hundred; anything near this is not a manifest, and reading it would cost memory and time.
+pub(super) const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
 /// The metadata an unchanged file keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
@@ -190,9 +194,14 @@ impl Scanner {
         if self.cache.get(file).is_some_and(|c| c.still_valid(stamp)) {
             return FileOutcome::Parsed;
         }
+        if meta.len() > MAX_MANIFEST_BYTES {
+            return self.too_large(file, meta.len());
+        }
         let read_at = SystemTime::now();
-        let text = match fs::read_to_string(file) {
-            Ok(text) => text,
+        let text = match read_bounded(file) {
+            Ok(Ok(text)) => text,
+            // It grew past the limit since its size was read.
+            Ok(Err(bytes)) => return self.too_large(file, bytes),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return self.forget(file),
             Err(e) => return self.read_error(file, e),
         };
@@ -209,6 +218,15 @@ impl Scanner {
         FileOutcome::Parsed
     }
 
+    fn too_large(&mut self, file: &Path, bytes: u64) -> FileOutcome {
+        self.cache.remove(file);
+        FileOutcome::ReadError(ManifestError::TooLarge {
+            file: file.to_path_buf(),
+            bytes,
+            limit: MAX_MANIFEST_BYTES,
+        })
+    }
+
     fn forget(&mut self, file: &Path) -> FileOutcome {
         self.cache.remove(file);
         FileOutcome::Gone
@@ -221,6 +239,26 @@ impl Scanner {
             source: Arc::new(e),
         })
     }
+}
+
+/// The file's text, reading at most one byte past [`MAX_MANIFEST_BYTES`]: `Err(bytes read)`
+/// when it is larger (it grew after its size was read).
+fn read_bounded(file: &Path) -> io::Result<Result<String, u64>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    fs::File::open(file)?
+        .take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > MAX_MANIFEST_BYTES {
+        return Ok(Err(read));
+    }
+    String::from_utf8(bytes).map(Ok).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not UTF-8 text: {}", e.utf8_error()),
+        )
+    })
 }
 
 pub(super) fn dir_error(dir: &Path, e: io::Error) -> ManifestError {

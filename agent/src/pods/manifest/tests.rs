@@ -563,3 +563,62 @@ fn an_unchanged_directory_is_not_rescanned_and_a_change_is_seen_at_once() {
     fs::remove_file(dir.join("a.yaml")).unwrap();
     assert!(matches!(&w.poll()[..], [PodEvent::Removed { name, .. }] if name == "a"));
 }
+
+/// A file larger than qosd reads is an error naming it and its size; the other files' pods
+/// load. Bytes that are not UTF-8 are an error naming the file.
+#[test]
+fn oversized_and_non_utf8_files_are_errors_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), "a.yaml", &pod_yaml("fine", "1"));
+    let big = format!("# {}\n{}", "x".repeat(5 << 20), pod_yaml("big", "1"));
+    write(tmp.path(), "big.yaml", &big);
+    fs::write(
+        tmp.path().join("bin.yaml"),
+        b"apiVersion: v1\nkind: Pod\n\xff\xfe\n",
+    )
+    .unwrap();
+    let scan = scan_dir(tmp.path()).unwrap();
+    assert_eq!(names(&scan.pods), ["default/fine"]);
+    let errors = messages(&scan.errors);
+    let d = tmp.path().display();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with(&format!("{d}/big.yaml: "))
+                && e.contains("more than the 4194304 bytes")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with(&format!("{d}/bin.yaml: ")) && e.contains("UTF-8")),
+        "{errors:?}"
+    );
+}
+
+/// A YAML alias bomb (each level ten aliases of the one below) is refused as a document
+/// error, quickly and without expanding it.
+#[test]
+fn a_yaml_alias_bomb_is_refused_quickly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for level in 1..10 {
+        let prev = level - 1;
+        bomb.push_str(&format!(
+            "a{level}: &a{level} [*a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}]\n"
+        ));
+    }
+    bomb.push_str("apiVersion: v1\nkind: Pod\nmetadata: {name: bomb, labels: *a9}\nspec:\n  containers:\n  - name: c\n");
+    write(tmp.path(), "bomb.yaml", &bomb);
+    write(tmp.path(), "a.yaml", &pod_yaml("fine", "1"));
+    let started = std::time::Instant::now();
+    let scan = scan_dir(tmp.path()).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(names(&scan.pods), ["default/fine"]);
+    let errors = messages(&scan.errors);
+    assert!(errors.iter().any(|e| e.contains("bomb.yaml")), "{errors:?}");
+}
