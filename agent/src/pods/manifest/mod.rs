@@ -9,7 +9,8 @@
 //!
 //! Rules:
 //! - files are read in name order; dotfiles, other extensions and subdirectories are skipped;
-//!   symlinks are followed;
+//!   symlinks are followed; a file larger than 4 MiB is an error naming it and is not read,
+//!   and one that is not UTF-8 an error naming it;
 //! - YAML documents are separated by `---` lines and numbered from 1, skipping empty ones
 //!   (blank or comments only); a JSON file is document 1. Each document is parsed on its own, so
 //!   a syntax error only loses its own document; line numbers in messages are the file's;
