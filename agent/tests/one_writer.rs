@@ -19,6 +19,7 @@ const WRITE_PRIMITIVES: &[&str] = &[
     ".write(true)",
     ".append(true)",
     "create_dir",
+    "DirBuilder",
     "remove_dir",
     "remove_file(",
     "libc::write(",
@@ -42,7 +43,11 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         ".write(true)",
         "checkpoint files in the state directory",
     ),
-    ("cm/checkpoint.rs", "create_dir", "the state directory"),
+    (
+        "cm/checkpoint.rs",
+        "DirBuilder",
+        "the state directory (0700)",
+    ),
     (
         "cm/checkpoint.rs",
         "rename(",

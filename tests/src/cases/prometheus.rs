@@ -563,7 +563,7 @@ fn check_dashboards(
     }
 
     // End to end: the pod count, and a busy pod's CPU seconds moving between two queries.
-    let pods = prometheus.scalar("sum(qosd_pods)")?;
+    let pods = prometheus.scalar_after_staleness("sum(qosd_pods)", &mut retried)?;
     if pods != admitted {
         problems.push(format!(
             "Prometheus's sum(qosd_pods) = {pods}, the test admitted {admitted}"
@@ -572,9 +572,9 @@ fn check_dashboards(
     let busy = format!(
         "sum(qosd_cgroup_cpu_seconds_total{{namespace=\"{NAMESPACE}\", pod=\"{BUSY_POD}\", container=\"c\"}})"
     );
-    let before = prometheus.scalar(&busy)?;
+    let before = prometheus.scalar_after_staleness(&busy, &mut retried)?;
     std::thread::sleep(Duration::from_secs(3));
-    let after = prometheus.scalar(&busy)?;
+    let after = prometheus.scalar_after_staleness(&busy, &mut retried)?;
     if after <= before {
         problems.push(format!(
             "{BUSY_POD}'s qosd_cgroup_cpu_seconds_total did not grow in Prometheus: {before} then {after} 3 s later"
@@ -828,6 +828,23 @@ impl Prometheus {
             .as_str()
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| format!("{expr}: no value in {series}"))
+    }
+
+    /// [`Self::scalar`], asked once more after the next scrape when the first answer has no
+    /// series: a failed scrape (over the 1 s timeout in an emulated guest) marks every series
+    /// stale until the next one. The retry and the target's state are added to `retried`, so
+    /// the failed scrape is reported; a second empty answer is an error.
+    fn scalar_after_staleness(&self, expr: &str, retried: &mut Vec<String>) -> Result<f64, String> {
+        if !self.query(expr)?.is_empty() {
+            return self.scalar(expr);
+        }
+        let scrape = self.target_state()?;
+        std::thread::sleep(Duration::from_millis(2500));
+        let value = self
+            .scalar(expr)
+            .map_err(|e| format!("{e} (target: {scrape}; asked again 2.5 s later)"))?;
+        retried.push(format!("{expr} (target then: {scrape})"));
+        Ok(value)
     }
 
     /// A GET over HTTP/1.0 (so the answer is never chunked): the status code and the body.
