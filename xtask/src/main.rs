@@ -1,13 +1,16 @@
-//! qosd's developer commands: `cargo xtask setup | run | test | vm | bench | deploy-check | image`.
+//! qosd's developer commands: `cargo xtask setup | run | test | vm | bench | fuzz | deploy-check |
+//! image`.
 //!
 //! xtask owns everything around the Rust build that a newcomer or CI needs: installing the
 //! eBPF tool chain and test dependencies into a cache ([`setup`]), starting qosd with its
 //! embedded defaults ([`run`]), running every test tier with a summary ([`test`]; the deploy
-//! tier's checks of `deploy/` in [`deploy_check`]), booting guest kernels ([`vm`]), and
+//! tier's checks of `deploy/` in [`deploy_check`]), fuzzing the parsers ([`fuzz`]), booting
+//! guest kernels ([`vm`]), and
 //! building qosd's container image ([`image`]).
 
 mod bench;
 mod deploy_check;
+mod fuzz;
 mod image;
 mod node_bench;
 mod overhead;
@@ -43,8 +46,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run every test tier CI runs: lint, unit, deploy (manifests, alert rules, image), host
-    /// (root), VMs (5.10, 6.1, 6.12).
+    /// Run every test tier CI runs: lint, unit, fuzz (a short run of every target), deploy
+    /// (manifests, alert rules, image), host (root), VMs (5.10, 6.1, 6.12, and systemd guests).
     Test(test::TestArgs),
     /// Boot one guest kernel with the given files in its initramfs and run a command in it.
     Vm {
@@ -76,6 +79,18 @@ enum Command {
     Bench {
         /// Only benchmarks whose id contains this string.
         filter: Option<String>,
+    },
+    /// Fuzz every parser of outside input (quantities, manifests, KubeletConfiguration,
+    /// checkpoints, API pods, cgroup files, CPU lists, mountinfo, sysfs NUMA, BTF) with
+    /// libFuzzer through cargo-fuzz (installed into the cache; nightly): each target from its
+    /// seeds in fuzz/corpus for the given time, executions, new inputs and crashes printed per
+    /// target. Fails when a target crashes; the crash input is printed.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Only targets whose name contains this string.
+        target: Option<String>,
     },
     /// Check deploy/ as the deploy tier of `cargo xtask test` does: the manifests against
     /// Kubernetes' schemas (kubernetes-validate), the alert rules and their unit tests
@@ -127,6 +142,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             boot_one(&kernel, &files, timeout, init, &command)
         }
         Command::Bench { filter } => bench::run(filter.as_deref()),
+        Command::Fuzz { seconds, target } => fuzz::run_alone(seconds, target.as_deref()),
         Command::DeployCheck { no_image } => deploy_check::run_alone(!no_image),
         Command::Image { check } => image::run(check),
     }

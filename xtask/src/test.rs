@@ -1,11 +1,13 @@
 //! `cargo xtask test`: every tier CI runs, in order, with the time each took and a summary.
 //!
 //! 1. lint: `cargo fmt --check`; clippy `-D warnings` on user space and on the eBPF crate.
-//! 2. unit: `cargo test` of every package that needs no privileges.
-//! 3. deploy: `deploy/` against Kubernetes' schemas, the alert rules through promtool, and the
+//! 2. unit: `cargo test` of every package that needs no privileges (the fuzz harnesses replay
+//!    their seeds and regressions here).
+//! 3. fuzz: every libFuzzer target for `--fuzz-seconds` (30 s) from its seeds ([`crate::fuzz`]).
+//! 4. deploy: `deploy/` against Kubernetes' schemas, the alert rules through promtool, and the
 //!    OCI image built and run (a release build; see [`crate::deploy_check`]).
-//! 4. host: `qosd-systests` on this machine (needs root; reported as skipped otherwise).
-//! 5. vm: `qosd-systests` inside each guest kernel (5.10, 6.1, 6.12; cgroup v2, 2 NUMA nodes).
+//! 5. host: `qosd-systests` on this machine (needs root; reported as skipped otherwise).
+//! 6. vm: `qosd-systests` inside each guest kernel (5.10, 6.1, 6.12; cgroup v2, 2 NUMA nodes).
 //!
 //! The binaries are built once (dev profile, shared with the unit tier's build) and the same
 //! eBPF object runs on the host and in every guest. The last line is
@@ -31,6 +33,10 @@ pub(crate) struct TestArgs {
     /// Skip the VM tier.
     #[arg(long)]
     pub no_vm: bool,
+    /// Seconds each fuzz target runs in the fuzz tier (0 leaves the tier out, reported as
+    /// skipped).
+    #[arg(long, default_value_t = 30)]
+    pub fuzz_seconds: u64,
     /// Leave the image build (a release build, a few minutes) out of the deploy tier.
     #[arg(long)]
     pub no_image: bool,
@@ -77,6 +83,7 @@ pub(crate) fn run(args: TestArgs) -> Result<()> {
         results.push(lint(&toolchain));
     }
     results.push(unit(&toolchain));
+    results.push(fuzz(&toolchain, args.fuzz_seconds));
     results.push(deploy(!args.no_image));
 
     let built = build_test_binaries(&toolchain);
@@ -203,6 +210,8 @@ fn unit(toolchain: &Toolchain) -> TierResult {
         "xtask",
         "-p",
         "qosd-systests",
+        "-p",
+        "qosd-fuzz",
     ]);
     let (status, out) = match tee(&mut cmd) {
         Ok(r) => r,
@@ -237,6 +246,56 @@ fn unit(toolchain: &Toolchain) -> TierResult {
         },
         took: started.elapsed(),
         note,
+    }
+}
+
+/// Every fuzz target for `seconds` from its seeds: a target passes when it ran without a crash.
+fn fuzz(toolchain: &Toolchain, seconds: u64) -> TierResult {
+    let started = Instant::now();
+    let target = format!("libFuzzer, {seconds} s per target");
+    if seconds == 0 {
+        return TierResult {
+            tier: "fuzz",
+            target,
+            counts: CaseCounts {
+                skipped: 1,
+                ..CaseCounts::default()
+            },
+            took: Duration::ZERO,
+            note: "--fuzz-seconds 0".into(),
+        };
+    }
+    match crate::fuzz::run_targets(toolchain, seconds, None) {
+        Ok(runs) => {
+            crate::fuzz::print_table(&runs);
+            let bad: Vec<String> = runs
+                .iter()
+                .filter(|r| !r.crashes.is_empty() || r.error.is_some())
+                .map(|r| {
+                    format!(
+                        "{}: {}",
+                        r.name,
+                        r.crashes
+                            .first()
+                            .or(r.error.as_ref())
+                            .map_or("", String::as_str)
+                    )
+                })
+                .collect();
+            TierResult {
+                tier: "fuzz",
+                target,
+                counts: CaseCounts {
+                    passed: runs.len() - bad.len(),
+                    failed: bad.len(),
+                    skipped: 0,
+                    failures: bad.clone(),
+                },
+                took: started.elapsed(),
+                note: bad.join("; "),
+            }
+        }
+        Err(e) => TierResult::broken("fuzz", target, started.elapsed(), &e),
     }
 }
 

@@ -25,9 +25,22 @@ pub enum BtfError {
     Bitfield { strukt: String, member: String },
     #[error("BTF has no enumerator {0}")]
     NoEnumerator(String),
+    /// An offset past 4 GiB: a BTF no kernel writes (the fuzzer's, or a corrupt file).
+    #[error("BTF offset of {0} overflows 32 bits")]
+    Overflow(String),
+    /// Anonymous members nested deeper than [`MAX_ANONYMOUS_DEPTH`] (or a cycle).
+    #[error(
+        "BTF struct {strukt} nests anonymous members deeper than {MAX_ANONYMOUS_DEPTH} looking for {member}"
+    )]
+    TooDeep { strukt: String, member: String },
     #[error("BTF lookup failed: {0}")]
     Lookup(#[source] btf_rs::Error),
 }
+
+/// How deep anonymous structs and unions are searched for a member: the kernel nests two or
+/// three (`task_struct`'s randomized layout, unions in `thread_info`); a cycle in a corrupt
+/// BTF would recurse forever.
+const MAX_ANONYMOUS_DEPTH: u32 = 16;
 
 /// A parsed BTF blob with offset lookups.
 pub struct KernelBtf {
@@ -49,6 +62,16 @@ impl KernelBtf {
         Ok(Self { btf })
     }
 
+    /// Parses raw BTF bytes; `origin` names them in errors (the fuzz target's input, a test's
+    /// blob).
+    pub fn from_bytes(bytes: &[u8], origin: &Path) -> Result<Self, BtfError> {
+        let btf = Btf::from_bytes(bytes).map_err(|source| BtfError::Load {
+            path: origin.to_owned(),
+            source,
+        })?;
+        Ok(Self { btf })
+    }
+
     /// Byte offset of `member` in `struct strukt`, looking through anonymous structs and unions.
     pub fn member_offset(&self, strukt: &str, member: &str) -> Result<u32, BtfError> {
         let types = self
@@ -57,7 +80,7 @@ impl KernelBtf {
             .map_err(|_| BtfError::NoStruct(strukt.to_owned()))?;
         for ty in types {
             if let Type::Struct(s) = ty {
-                if let Some(bits) = self.find_member(&s, member, strukt)? {
+                if let Some(bits) = self.find_member(&s, member, strukt, 0)? {
                     return Ok(bits / 8);
                 }
                 return Err(BtfError::NoMember {
@@ -69,13 +92,21 @@ impl KernelBtf {
         Err(BtfError::NoStruct(strukt.to_owned()))
     }
 
-    /// Bit offset of `member` inside `s`, recursing into anonymous members.
+    /// Bit offset of `member` inside `s`, recursing into anonymous members (`depth` levels
+    /// down already).
     fn find_member(
         &self,
         s: &btf_rs::Struct,
         member: &str,
         strukt: &str,
+        depth: u32,
     ) -> Result<Option<u32>, BtfError> {
+        if depth > MAX_ANONYMOUS_DEPTH {
+            return Err(BtfError::TooDeep {
+                strukt: strukt.to_owned(),
+                member: member.to_owned(),
+            });
+        }
         for m in &s.members {
             let name = self.btf.resolve_name(m).unwrap_or_default();
             if name == member {
@@ -90,9 +121,13 @@ impl KernelBtf {
             if name.is_empty() {
                 let inner = self.btf.resolve_chained_type(m).map_err(BtfError::Lookup)?;
                 if let Type::Struct(inner) | Type::Union(inner) = inner
-                    && let Some(bits) = self.find_member(&inner, member, strukt)?
+                    && let Some(bits) = self.find_member(&inner, member, strukt, depth + 1)?
                 {
-                    return Ok(Some(m.bit_offset() + bits));
+                    return m
+                        .bit_offset()
+                        .checked_add(bits)
+                        .map(Some)
+                        .ok_or_else(|| BtfError::Overflow(format!("{strukt}.{member}")));
                 }
             }
         }
@@ -108,7 +143,9 @@ impl KernelBtf {
         inner: &str,
         inner_member: &str,
     ) -> Result<u32, BtfError> {
-        Ok(self.member_offset(outer, member)? + self.member_offset(inner, inner_member)?)
+        self.member_offset(outer, member)?
+            .checked_add(self.member_offset(inner, inner_member)?)
+            .ok_or_else(|| BtfError::Overflow(format!("{outer}.{member}.{inner_member}")))
     }
 
     /// Value of `enumerator` in `enum name` (e.g. `cpu_cgrp_id` in `cgroup_subsys_id`).
@@ -137,7 +174,9 @@ impl KernelBtf {
             self.member_offset("task_struct", "thread_info"),
             self.member_offset("thread_info", "cpu"),
         ) {
-            (Ok(thread_info), Ok(cpu)) => Ok(thread_info + cpu),
+            (Ok(thread_info), Ok(cpu)) => thread_info
+                .checked_add(cpu)
+                .ok_or_else(|| BtfError::Overflow("task_struct.thread_info.cpu".into())),
             _ => self.member_offset("task_struct", "cpu"),
         }
     }
@@ -148,7 +187,10 @@ impl KernelBtf {
         let pointer_size = 8;
         let css_set_subsys = self.member_offset("css_set", "subsys")?;
         let css_set_cpu_css = if v1_cpu {
-            css_set_subsys + pointer_size * self.enumerator("cgroup_subsys_id", "cpu_cgrp_id")?
+            self.enumerator("cgroup_subsys_id", "cpu_cgrp_id")?
+                .checked_mul(pointer_size)
+                .and_then(|index| index.checked_add(css_set_subsys))
+                .ok_or_else(|| BtfError::Overflow("css_set.subsys[cpu_cgrp_id]".into()))?
         } else {
             0
         };
@@ -191,6 +233,23 @@ mod tests {
     fn running_kernel() -> KernelBtf {
         KernelBtf::from_running_kernel()
             .unwrap_or_else(|err| panic!("this test needs {VMLINUX_BTF}: {err}"))
+    }
+
+    /// Found by the `btf` fuzz target: a `cpu_cgrp_id` so large that the offset of its slot in
+    /// `css_set.subsys` overflowed (a panic in debug builds, a wrapped offset the programs
+    /// would read through in release builds). Input kept in fuzz/regressions/btf/.
+    #[test]
+    fn an_offset_past_32_bits_is_an_error_not_a_wrapped_offset() {
+        let blob =
+            include_bytes!("../../../fuzz/regressions/btf/cpu-cgrp-id-times-pointer-overflows");
+        let btf = KernelBtf::from_bytes(blob, Path::new("regression")).expect("the blob parses");
+        let err = btf
+            .kernel_offsets(true)
+            .expect_err("the slot's offset overflows");
+        assert!(
+            matches!(err, BtfError::Overflow(ref what) if what == "css_set.subsys[cpu_cgrp_id]"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -186,9 +186,20 @@ impl Scanner {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return self.forget(file),
             Err(e) => return self.read_error(file, e),
         };
+        if meta.is_dir() {
+            let e = io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "a directory, not a manifest file (subdirectories are not read)",
+            );
+            return self.read_error(file, e);
+        }
         if !meta.is_file() {
-            tracing::debug!(path = %file.display(), "not a regular file; skipped");
-            return self.forget(file);
+            // Never opened: reading a FIFO would block the scan.
+            let e = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file (FIFOs, sockets and devices are not read)",
+            );
+            return self.read_error(file, e);
         }
         let stamp = Stamp::of(&meta);
         if self.cache.get(file).is_some_and(|c| c.still_valid(stamp)) {

@@ -40,6 +40,18 @@ fn manifest_file(pod: &SourcedPod) -> &Path {
     }
 }
 
+/// [`scan_dir`] of a directory of hostile files, which must answer within 5 s.
+fn scan_within_5s(dir: &Path) -> ScanResult {
+    let started = std::time::Instant::now();
+    let scan = scan_dir(dir).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    scan
+}
+
 fn names(pods: &[SourcedPod]) -> Vec<String> {
     pods.iter().map(|p| p.pod.full_name()).collect()
 }
@@ -291,7 +303,7 @@ fn scan_dir_reads_files_in_order_and_reports_problems() {
     ));
     let msgs = messages(&scan.errors);
     let d = dir.display();
-    assert_eq!(msgs.len(), 4, "{msgs:#?}");
+    assert_eq!(msgs.len(), 5, "{msgs:#?}");
     assert_eq!(
         msgs[0],
         format!(
@@ -309,12 +321,16 @@ fn scan_dir_reads_files_in_order_and_reports_problems() {
             "{d}/c.yml: document 1: pod default/b1 is already defined in {d}/b.yaml document 1; ignoring this one"
         )
     );
+    assert_eq!(
+        msgs[3],
+        format!("{d}/sub.yaml: a directory, not a manifest file (subdirectories are not read)")
+    );
     assert!(
-        msgs[3].starts_with(&format!(
+        msgs[4].starts_with(&format!(
             "{d}/zz.yaml: document 1: metadata.name: \"bad_name\""
         )),
         "{}",
-        msgs[3]
+        msgs[4]
     );
 }
 
@@ -611,14 +627,120 @@ fn a_yaml_alias_bomb_is_refused_quickly() {
     bomb.push_str("apiVersion: v1\nkind: Pod\nmetadata: {name: bomb, labels: *a9}\nspec:\n  containers:\n  - name: c\n");
     write(tmp.path(), "bomb.yaml", &bomb);
     write(tmp.path(), "a.yaml", &pod_yaml("fine", "1"));
-    let started = std::time::Instant::now();
-    let scan = scan_dir(tmp.path()).unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
-    );
+    let scan = scan_within_5s(tmp.path());
     assert_eq!(names(&scan.pods), ["default/fine"]);
     let errors = messages(&scan.errors);
     assert!(errors.iter().any(|e| e.contains("bomb.yaml")), "{errors:?}");
+}
+
+/// Symlinks in the manifest directory: one to a file loads its pods (ConfigMap volumes are
+/// symlinks); one to a directory and a loop of two are errors naming the link; the other
+/// files' pods load.
+#[test]
+fn symlinks_to_files_load_and_to_directories_or_loops_are_errors_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = write(elsewhere.path(), "real.yaml", &pod_yaml("linked", "1"));
+    std::os::unix::fs::symlink(&target, tmp.path().join("link.yaml")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), tmp.path().join("dir.yaml")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("b.yaml"), tmp.path().join("a.yaml")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("a.yaml"), tmp.path().join("b.yaml")).unwrap();
+    write(tmp.path(), "plain.yaml", &pod_yaml("plain", "1"));
+    let scan = scan_dir(tmp.path()).unwrap();
+    assert_eq!(names(&scan.pods), ["default/linked", "default/plain"]);
+    let errors = messages(&scan.errors);
+    let d = tmp.path().display();
+    for link in ["dir.yaml", "a.yaml", "b.yaml"] {
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with(&format!("{d}/{link}: "))),
+            "{link} not named: {errors:?}"
+        );
+    }
+    assert_eq!(errors.len(), 3, "{errors:?}");
+}
+
+/// Values nested thousands deep (YAML flow sequences, JSON arrays) are a document error
+/// naming the file, quickly, without exhausting the stack; the other files' pods load.
+#[test]
+fn deeply_nested_values_are_errors_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let depth = 100_000;
+    let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    write(
+        tmp.path(),
+        "deep.yaml",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: deep, labels: {{a: {nested}}}}}\n"),
+    );
+    write(
+        tmp.path(),
+        "deep.json",
+        &format!("{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"spec\": {nested}}}"),
+    );
+    write(tmp.path(), "fine.yaml", &pod_yaml("fine", "1"));
+    let scan = scan_within_5s(tmp.path());
+    assert_eq!(names(&scan.pods), ["default/fine"]);
+    let errors = messages(&scan.errors);
+    let d = tmp.path().display();
+    for file in ["deep.yaml", "deep.json"] {
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with(&format!("{d}/{file}: document 1"))),
+            "{file}: {errors:?}"
+        );
+    }
+}
+
+/// A file caught half written is read as it is at that moment (a pod of what is there, or an
+/// error naming the file), and read again when its writer finishes (inotify's close-write):
+/// the pod is then the complete one. Writers that must never be seen half done write a
+/// temporary file and rename it, as kubelet's checkpoints and ConfigMap volumes do.
+#[test]
+fn a_file_caught_half_written_is_read_again_once_complete() {
+    use std::io::Write as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("web.yaml");
+    let mut w = ManifestWatcher::new(tmp.path()).unwrap();
+    let (half, rest) = WEB.split_at(WEB.find("command").unwrap() + 4);
+    let mut file = File::create(&path).unwrap();
+    file.write_all(half.as_bytes()).unwrap();
+    file.flush().unwrap();
+    for event in w.poll() {
+        if let PodEvent::Added(p) = event {
+            assert!(
+                p.pod.spec.containers[0].command.is_empty(),
+                "only what was written: {p:?}"
+            );
+        }
+    }
+    file.write_all(rest.as_bytes()).unwrap();
+    drop(file);
+    w.poll();
+    let web = w
+        .pods()
+        .iter()
+        .find(|p| p.pod.full_name() == "default/web")
+        .expect("web loaded once complete");
+    assert_eq!(
+        web.pod.spec.containers[0].command,
+        ["/bin/sh", "-c", "sleep 100"]
+    );
+}
+
+/// The nesting bound counts flow collections only: brackets in quoted scalars and comments,
+/// and block nesting, are not nesting.
+#[test]
+fn flow_depth_counts_flow_collections_outside_quotes_and_comments() {
+    use super::parse::flow_depth;
+    assert_eq!(
+        flow_depth(WEB),
+        2,
+        "metadata: {{...}} and resources: {{limits: {{...}}}}"
+    );
+    assert_eq!(flow_depth("a: '[[[[' # [[[[\nb: \"{{{{\\\"[\"\n"), 0);
+    assert_eq!(flow_depth("a: [don't, [x]]\nb: [c]"), 2);
+    assert_eq!(flow_depth("a: 'it''s [' \nb: [[1]]"), 2);
+    assert_eq!(flow_depth("a:\n  b:\n    c: [1]"), 1);
 }

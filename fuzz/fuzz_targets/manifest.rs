@@ -1,0 +1,4 @@
+//! libFuzzer's bytes to [`qosd_fuzz::manifest`].
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| qosd_fuzz::manifest(data));
