@@ -169,6 +169,19 @@ pub(crate) fn free_port() -> Result<SocketAddr, String> {
 
 /// A minimal HTTP/1.1 GET returning the body of a 200 response.
 pub(crate) fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
+    let (status, body) = http_request(addr, "GET", path)?;
+    if !status.starts_with("HTTP/1.1 200") {
+        return Err(format!("GET {path}: {status}"));
+    }
+    Ok(body)
+}
+
+/// A minimal HTTP/1.1 request of `method` with no body: the status line and the body.
+pub(crate) fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+) -> Result<(String, String), String> {
     let mut stream =
         TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
     stream
@@ -176,7 +189,7 @@ pub(crate) fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut response = String::new();
@@ -186,13 +199,10 @@ pub(crate) fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
     let (head, body) = response
         .split_once("\r\n\r\n")
         .ok_or("malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(format!(
-            "GET {path}: {}",
-            head.lines().next().unwrap_or_default()
-        ));
-    }
-    Ok(body.to_owned())
+    Ok((
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    ))
 }
 
 /// The value of the sample `name{labels}` in a Prometheus text exposition, where `labels`

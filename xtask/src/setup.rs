@@ -40,6 +40,10 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
         "places the cross-NUMA test workloads (host and guests)",
     ),
     (
+        "strace",
+        "inspect_only_reads traces qosd's system calls while /inspect is asked (host and guests)",
+    ),
+    (
         "prometheus",
         "the host systest runs every dashboard query through a real Prometheus (/usr/bin/prometheus, started by the test on a free port)",
     ),

@@ -580,7 +580,7 @@ fn guest_result(run: &vm::GuestRun, target: String, started: Instant) -> TierRes
 }
 
 /// Host programs the guest cases run, copied with their shared libraries (installed by setup).
-const GUEST_TOOLS: [(&str, &str); 7] = [
+const GUEST_TOOLS: [(&str, &str); 8] = [
     (
         "/usr/bin/numactl",
         "numactl: NUMA placement of the cross-NUMA workloads",
@@ -602,6 +602,10 @@ const GUEST_TOOLS: [(&str, &str); 7] = [
     (
         "/usr/bin/prometheus",
         "prometheus: runs every dashboard query against the guest's qosd",
+    ),
+    (
+        "/usr/bin/strace",
+        "strace: traces qosd's system calls while /inspect is asked",
     ),
 ];
 

@@ -2,6 +2,7 @@
 pub(crate) mod cgroups;
 pub(crate) mod cpu_time;
 pub(crate) mod feedback;
+pub(crate) mod inspect;
 pub(crate) mod kubernetes;
 pub(crate) mod lifecycle;
 pub(crate) mod numa;
@@ -110,6 +111,10 @@ pub(crate) fn all() -> Vec<Case> {
         Case {
             name: "sighup_is_ignored_and_sigquit_detaches_programs_within_5s",
             run: lifecycle::sighup_is_ignored_and_sigquit_detaches,
+        },
+        Case {
+            name: "inspect_only_reads",
+            run: inspect::inspect_only_reads,
         },
         Case {
             name: "runqueue_latency_matches_schedstat",

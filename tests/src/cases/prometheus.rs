@@ -295,6 +295,20 @@ fn run(ctx: &Context, driver: Option<&str>) -> Result<Outcome, String> {
     Ok(outcome)
 }
 
+/// How many times an end-to-end query with no series is asked again after a scrape.
+const STALE_RETRIES: usize = 3;
+
+/// The value of the one series of a query's answer.
+fn single_value(expr: &str, result: &[Value]) -> Result<f64, String> {
+    let [series] = result else {
+        return Err(format!("{expr}: {} series, want 1", result.len()));
+    };
+    series["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("{expr}: no value in {series}"))
+}
+
 /// Stops a systemd slice when dropped.
 struct StopSlice(Option<String>);
 
@@ -820,31 +834,36 @@ impl Prometheus {
 
     /// The value of a query that returns exactly one series.
     fn scalar(&self, expr: &str) -> Result<f64, String> {
-        let result = self.query(expr)?;
-        let [series] = result.as_slice() else {
-            return Err(format!("{expr}: {} series, want 1", result.len()));
-        };
-        series["value"][1]
-            .as_str()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{expr}: no value in {series}"))
+        single_value(expr, &self.query(expr)?)
     }
 
-    /// [`Self::scalar`], asked once more after the next scrape when the first answer has no
-    /// series: a failed scrape (over the 1 s timeout in an emulated guest) marks every series
-    /// stale until the next one. The retry and the target's state are added to `retried`, so
-    /// the failed scrape is reported; a second empty answer is an error.
+    /// [`Self::scalar`], asked again after the next scrape (up to [`STALE_RETRIES`] times)
+    /// while the answer has no series: a failed scrape (over the 1 s timeout in an emulated
+    /// guest) marks every series stale until the next one. Each retry and the target's state
+    /// then are added to `retried`, so failed scrapes are reported; an answer still empty is an
+    /// error with every state seen.
     fn scalar_after_staleness(&self, expr: &str, retried: &mut Vec<String>) -> Result<f64, String> {
-        if !self.query(expr)?.is_empty() {
-            return self.scalar(expr);
+        let mut states = Vec::new();
+        for attempt in 0..=STALE_RETRIES {
+            let result = self.query(expr)?;
+            if !result.is_empty() {
+                retried.extend(
+                    states
+                        .iter()
+                        .map(|state| format!("{expr} (target then: {state})")),
+                );
+                return single_value(expr, &result);
+            }
+            states.push(self.target_state()?);
+            if attempt < STALE_RETRIES {
+                std::thread::sleep(Duration::from_millis(2500));
+            }
         }
-        let scrape = self.target_state()?;
-        std::thread::sleep(Duration::from_millis(2500));
-        let value = self
-            .scalar(expr)
-            .map_err(|e| format!("{e} (target: {scrape}; asked again 2.5 s later)"))?;
-        retried.push(format!("{expr} (target then: {scrape})"));
-        Ok(value)
+        Err(format!(
+            "{expr}: 0 series, asked {} times 2.5 s apart (target then: {})",
+            STALE_RETRIES + 1,
+            states.join("; ")
+        ))
     }
 
     /// A GET over HTTP/1.0 (so the answer is never chunked): the status code and the body.
