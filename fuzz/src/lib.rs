@@ -215,19 +215,20 @@ pub fn cpu_list(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(set) = CpuSet::parse(text) {
-        let printed = set.to_string();
+    prints_back(text, CpuSet::parse);
+    prints_back(text, Cpus::parse);
+}
+
+/// What `parse` accepts in `text` prints as text that `parse` reads as the same value.
+fn prints_back<T: std::fmt::Display + PartialEq + std::fmt::Debug, E>(
+    text: &str,
+    parse: fn(&str) -> Result<T, E>,
+) {
+    if let Ok(value) = parse(text) {
+        let printed = value.to_string();
         assert_eq!(
-            CpuSet::parse(&printed).ok(),
-            Some(set),
-            "{text:?} prints as {printed:?}"
-        );
-    }
-    if let Ok(cpus) = Cpus::parse(text) {
-        let printed = cpus.to_string();
-        assert_eq!(
-            Cpus::parse(&printed).ok(),
-            Some(cpus),
+            parse(&printed).ok(),
+            Some(value),
             "{text:?} prints as {printed:?}"
         );
     }

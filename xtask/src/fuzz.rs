@@ -54,20 +54,24 @@ pub(crate) struct TargetRun {
     pub error: Option<String>,
 }
 
+impl TargetRun {
+    /// `target: first crash (or the error)` when the target crashed or could not run.
+    pub(crate) fn failure(&self) -> Option<String> {
+        let first = self.crashes.first().or(self.error.as_ref())?;
+        Some(format!("{}: {first}", self.name))
+    }
+}
+
 /// `cargo xtask fuzz`: builds and runs every target (or those whose name contains `only`).
 pub(crate) fn run_alone(seconds: u64, only: Option<&str>) -> Result<()> {
     let toolchain = crate::setup::build_tools()?;
     let runs = run_targets(&toolchain, seconds, only)?;
     print_table(&runs);
-    let crashed: Vec<&str> = runs
-        .iter()
-        .filter(|r| !r.crashes.is_empty() || r.error.is_some())
-        .map(|r| r.name)
-        .collect();
-    if !crashed.is_empty() {
+    let failures: Vec<String> = runs.iter().filter_map(TargetRun::failure).collect();
+    if !failures.is_empty() {
         bail!(
             "targets with crashes or errors: {}. Fix the parser, add a unit test named after the bug, and keep the input in fuzz/regressions/<target>/",
-            crashed.join(", ")
+            failures.join("; ")
         );
     }
     Ok(())

@@ -268,20 +268,7 @@ fn fuzz(toolchain: &Toolchain, seconds: u64) -> TierResult {
     match crate::fuzz::run_targets(toolchain, seconds, None) {
         Ok(runs) => {
             crate::fuzz::print_table(&runs);
-            let bad: Vec<String> = runs
-                .iter()
-                .filter(|r| !r.crashes.is_empty() || r.error.is_some())
-                .map(|r| {
-                    format!(
-                        "{}: {}",
-                        r.name,
-                        r.crashes
-                            .first()
-                            .or(r.error.as_ref())
-                            .map_or("", String::as_str)
-                    )
-                })
-                .collect();
+            let bad: Vec<String> = runs.iter().filter_map(|r| r.failure()).collect();
             TierResult {
                 tier: "fuzz",
                 target,

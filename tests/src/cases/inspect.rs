@@ -126,7 +126,7 @@ fn run(ctx: &Context) -> Result<String, String> {
 }
 
 /// Runs `during` (then waits out `at_least`) with strace attached to every thread of `pid`;
-/// returns the traced calls that change something, one line each.
+/// returns what strace saw.
 fn traced(
     pid: u32,
     output: &Path,

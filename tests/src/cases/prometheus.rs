@@ -554,20 +554,24 @@ fn check_dashboards(
                     kubernetes.join(", ")
                 ));
             } else if result.is_empty() {
-                // Prometheus marks every series stale when one scrape fails (a scrape over the
-                // 1 s timeout in an emulated guest): the query is asked again after the next
-                // scrape, and the failed scrape is reported either way.
-                let scrape = prometheus.target_state()?;
-                std::thread::sleep(Duration::from_millis(2500));
-                match prometheus.query(&query.expr) {
-                    Ok(again) if !again.is_empty() => {
+                // Asked again after the next scrape (see `asked_after_staleness`); the failed
+                // scrape is reported either way.
+                match prometheus.asked_after_staleness(&query.expr, result, 1) {
+                    Ok((again, states)) if !again.is_empty() => {
                         tally.with_data += 1;
-                        retried.push(format!("{} (target then: {scrape})", query.place));
+                        retried.extend(
+                            states
+                                .iter()
+                                .map(|state| format!("{} (target then: {state})", query.place)),
+                        );
                     }
-                    _ => problems.push(format!(
-                        "{}: no data for {} (target: {scrape}; asked again 2.5 s later)",
-                        query.place, query.expr
+                    Ok((_, states)) => problems.push(format!(
+                        "{}: no data for {} (target: {}; asked again 2.5 s later)",
+                        query.place,
+                        query.expr,
+                        states.join("; ")
                     )),
+                    Err(e) => problems.push(format!("{}: {e}", query.place)),
                 }
             } else {
                 tally.with_data += 1;
@@ -837,33 +841,44 @@ impl Prometheus {
         single_value(expr, &self.query(expr)?)
     }
 
-    /// [`Self::scalar`], asked again after the next scrape (up to [`STALE_RETRIES`] times)
-    /// while the answer has no series: a failed scrape (over the 1 s timeout in an emulated
-    /// guest) marks every series stale until the next one. Each retry and the target's state
-    /// then are added to `retried`, so failed scrapes are reported; an answer still empty is an
-    /// error with every state seen.
-    fn scalar_after_staleness(&self, expr: &str, retried: &mut Vec<String>) -> Result<f64, String> {
+    /// `answer` (the first answer to `expr`), asked again after the next scrape, up to
+    /// `retries` times, while it has no series: a failed scrape (over the 1 s timeout in an
+    /// emulated guest) marks every series stale until the next one. Returns the last answer
+    /// and the target's state before each retry, for the caller to report.
+    fn asked_after_staleness(
+        &self,
+        expr: &str,
+        mut answer: Vec<Value>,
+        retries: usize,
+    ) -> Result<(Vec<Value>, Vec<String>), String> {
         let mut states = Vec::new();
-        for attempt in 0..=STALE_RETRIES {
-            let result = self.query(expr)?;
-            if !result.is_empty() {
-                retried.extend(
-                    states
-                        .iter()
-                        .map(|state| format!("{expr} (target then: {state})")),
-                );
-                return single_value(expr, &result);
-            }
+        while answer.is_empty() && states.len() < retries {
             states.push(self.target_state()?);
-            if attempt < STALE_RETRIES {
-                std::thread::sleep(Duration::from_millis(2500));
-            }
+            std::thread::sleep(Duration::from_millis(2500));
+            answer = self.query(expr)?;
         }
-        Err(format!(
-            "{expr}: 0 series, asked {} times 2.5 s apart (target then: {})",
-            STALE_RETRIES + 1,
-            states.join("; ")
-        ))
+        Ok((answer, states))
+    }
+
+    /// [`Self::scalar`] through [`Self::asked_after_staleness`] with [`STALE_RETRIES`]: each
+    /// retry's target state is added to `retried`; an answer still empty is an error with
+    /// every state seen.
+    fn scalar_after_staleness(&self, expr: &str, retried: &mut Vec<String>) -> Result<f64, String> {
+        let (answer, states) =
+            self.asked_after_staleness(expr, self.query(expr)?, STALE_RETRIES)?;
+        if answer.is_empty() {
+            return Err(format!(
+                "{expr}: 0 series, asked {} times 2.5 s apart (target before each retry: {})",
+                STALE_RETRIES + 1,
+                states.join("; ")
+            ));
+        }
+        retried.extend(
+            states
+                .iter()
+                .map(|state| format!("{expr} (target then: {state})")),
+        );
+        single_value(expr, &answer)
     }
 
     /// A GET over HTTP/1.0 (so the answer is never chunked): the status code and the body.
