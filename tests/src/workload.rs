@@ -41,6 +41,43 @@ pub(crate) fn wait_exec(pid: u32) -> Result<(), String> {
     }
 }
 
+/// Waits until process `pid` is asleep: state `S` in `/proc/<pid>/stat` and no CPU time
+/// (`/proc/<pid>/schedstat` field 1) added over 100 ms. A sleeper still starting up (its exec
+/// and runtime set-up take a while under emulation) runs and waits like any task.
+pub(crate) fn wait_asleep(pid: u32) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let ran = || -> Result<(char, u64), String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .and_then(|s| s.chars().next())
+            .ok_or_else(|| format!("/proc/{pid}/stat: no state"))?;
+        let schedstat = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .map_err(|e| format!("/proc/{pid}/schedstat: {e}"))?;
+        let run = schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("/proc/{pid}/schedstat: no run time"))?;
+        Ok((state, run))
+    };
+    loop {
+        let (state, before) = ran()?;
+        std::thread::sleep(Duration::from_millis(100));
+        let (state_after, after) = ran()?;
+        if state == 'S' && state_after == 'S' && before == after {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "process {pid} did not settle asleep within 20 s (state {state_after}, {after} ns run)"
+            ));
+        }
+    }
+}
+
 /// Pins process `pid` (and the threads it starts later) to `cpu`.
 pub(crate) fn pin(pid: u32, cpu: usize) -> Result<(), String> {
     pin_to(pid, &[cpu])

@@ -53,7 +53,10 @@ const PODS: [TestPod; 3] = [
         container: "spin",
         requests: &[("cpu", "100m")],
         limits: &[("cpu", "500m")],
-        script: "while :; do :; done",
+        // 4 MiB held in a shell variable (2^22 bytes by doubling), so its memory.numa_stat is
+        // never empty: a bare shell loop's few pages can stay in the per-CPU LRU batches, out
+        // of memory.numa_stat (5.10 showed it), and there is nothing to label then.
+        script: "x=a; i=0; while [ $i -lt 22 ]; do x=$x$x; i=$((i+1)); done; while :; do :; done",
     },
     TestPod {
         name: "spiky",
@@ -265,12 +268,15 @@ fn run(ctx: &Context) -> Result<String, String> {
         .find(|e| e.file_name().to_string_lossy() != container_ids[0])
         .map(|e| e.path())
         .ok_or("no sandbox cgroup beside the spinner's container")?;
+    let spinner_dir = sandbox_dir.with_file_name(&container_ids[0]);
     let text = wait_for("every family labelled", Duration::from_secs(30), || {
         let text = agent.scrape()?;
         for (family, pod) in families {
             if sum_series(&text, family, &labels(pod)).is_none() {
+                let kernel = numa_stat_total(&spinner_dir)
+                    .map_or_else(|e| e, |total| format!("{total} in its memory.numa_stat"));
                 return Err(format!(
-                    "no {family} series for {} with its pod labels",
+                    "no {family} series for {} with its pod labels ({kernel})",
                     pod.name
                 ));
             }

@@ -295,7 +295,9 @@ fn run(ctx: &Context, driver: Option<&str>) -> Result<Outcome, String> {
     Ok(outcome)
 }
 
-/// How many times an end-to-end query with no series is asked again after a scrape.
+/// How many times a query with no series (a panel's or an end-to-end one) is asked again,
+/// 2.5 s apart: under emulation several scrapes in a row can overrun the 1 s timeout, and a
+/// `rate(...[5s])` needs two good ones in its window.
 const STALE_RETRIES: usize = 3;
 
 /// The value of the one series of a query's answer.
@@ -556,7 +558,7 @@ fn check_dashboards(
             } else if result.is_empty() {
                 // Asked again after the next scrape (see `asked_after_staleness`); the failed
                 // scrape is reported either way.
-                match prometheus.asked_after_staleness(&query.expr, result, 1) {
+                match prometheus.asked_after_staleness(&query.expr, result) {
                     Ok((again, states)) if !again.is_empty() => {
                         tally.with_data += 1;
                         retried.extend(
@@ -566,9 +568,10 @@ fn check_dashboards(
                         );
                     }
                     Ok((_, states)) => problems.push(format!(
-                        "{}: no data for {} (target: {}; asked again 2.5 s later)",
+                        "{}: no data for {}, asked {} times 2.5 s apart (target before each retry: {})",
                         query.place,
                         query.expr,
+                        STALE_RETRIES + 1,
                         states.join("; ")
                     )),
                     Err(e) => problems.push(format!("{}: {e}", query.place)),
@@ -842,17 +845,16 @@ impl Prometheus {
     }
 
     /// `answer` (the first answer to `expr`), asked again after the next scrape, up to
-    /// `retries` times, while it has no series: a failed scrape (over the 1 s timeout in an
+    /// [`STALE_RETRIES`] times, while it has no series: a failed scrape (over the 1 s timeout in an
     /// emulated guest) marks every series stale until the next one. Returns the last answer
     /// and the target's state before each retry, for the caller to report.
     fn asked_after_staleness(
         &self,
         expr: &str,
         mut answer: Vec<Value>,
-        retries: usize,
     ) -> Result<(Vec<Value>, Vec<String>), String> {
         let mut states = Vec::new();
-        while answer.is_empty() && states.len() < retries {
+        while answer.is_empty() && states.len() < STALE_RETRIES {
             states.push(self.target_state()?);
             std::thread::sleep(Duration::from_millis(2500));
             answer = self.query(expr)?;
@@ -864,8 +866,7 @@ impl Prometheus {
     /// retry's target state is added to `retried`; an answer still empty is an error with
     /// every state seen.
     fn scalar_after_staleness(&self, expr: &str, retried: &mut Vec<String>) -> Result<f64, String> {
-        let (answer, states) =
-            self.asked_after_staleness(expr, self.query(expr)?, STALE_RETRIES)?;
+        let (answer, states) = self.asked_after_staleness(expr, self.query(expr)?)?;
         if answer.is_empty() {
             return Err(format!(
                 "{expr}: 0 series, asked {} times 2.5 s apart (target before each retry: {})",

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::agent::{Agent, sample_value};
 use crate::cgroup_fixture::TestCgroups;
 use crate::harness::{Context, Outcome, fail};
-use crate::workload::{last_allowed_cpu, pin, wait_exec};
+use crate::workload::{last_allowed_cpu, pin, wait_asleep, wait_exec};
 
 /// Allowed relative difference between qosd's wait sum and schedstat's.
 const TOLERANCE: f64 = 0.20;
@@ -137,7 +137,7 @@ fn run_pairs(ctx: &Context) -> Result<Option<String>, String> {
     let exe = ctx.self_exe.clone();
     let victim = cgroups.spawn_in("victim", &exe, &["spin", SPIN_SECONDS])?;
     let preemptor = cgroups.spawn_in("preemptor", &exe, &["spin", SPIN_SECONDS])?;
-    cgroups.spawn_in("idle", &exe, &["sleep", SPIN_SECONDS])?;
+    let sleeper = cgroups.spawn_in("idle", &exe, &["sleep", SPIN_SECONDS])?;
     let cpu = last_allowed_cpu()?;
     for pid in [victim, preemptor] {
         // After the exec the shell has joined its cgroup: pinning earlier would be undone by
@@ -145,6 +145,10 @@ fn run_pairs(ctx: &Context) -> Result<Option<String>, String> {
         wait_exec(pid)?;
         pin(pid, cpu)?;
     }
+    // The sleeper's pairs are counted from here: it must be past its start-up (6.1 under
+    // emulation showed a few pairs from a sleeper still starting).
+    wait_exec(sleeper)?;
+    wait_asleep(sleeper)?;
     std::thread::sleep(Duration::from_secs(1));
     let Some(before_kernel) = schedstat_wait(&[victim]) else {
         return Ok(None);
