@@ -25,40 +25,85 @@ impl Agent {
         extra: &[String],
         ready_within: Duration,
     ) -> Result<Self, String> {
+        let mut agent = Self::spawn_with(qosd, extra)?;
+        agent.wait_ready(ready_within)?;
+        Ok(agent)
+    }
+
+    /// Starts `qosd run EXTRA...` without waiting for it to serve.
+    pub(crate) fn spawn_with(qosd: &Path, extra: &[String]) -> Result<Self, String> {
+        Self::spawn(qosd, extra, None)
+    }
+
+    /// Starts `qosd run` (probes only) holding exactly the capabilities `keep` (`None`: all of
+    /// root's) and waits up to `ready_within` for `/healthz`.
+    pub(crate) fn start_limited(
+        qosd: &Path,
+        keep: Option<&[u32]>,
+        ready_within: Duration,
+    ) -> Result<Self, String> {
+        let mut agent = Self::spawn(qosd, &[], keep)?;
+        agent.wait_ready(ready_within)?;
+        Ok(agent)
+    }
+
+    fn spawn(qosd: &Path, extra: &[String], keep: Option<&[u32]>) -> Result<Self, String> {
         let addr = free_port()?;
         let log = std::env::temp_dir().join(format!("qosd-systest-agent-{}.log", addr.port()));
         let log_file =
             std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let child = Command::new(qosd)
+        let mut command = Command::new(qosd);
+        command
             .args(["run", "--metrics-addr", &addr.to_string()])
             .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
-            .stderr(log_file)
+            .stderr(log_file);
+        if let Some(keep) = keep {
+            let keep: u64 = keep.iter().map(|cap| 1u64 << cap).sum();
+            // Read before the fork: the child may only make system calls.
+            let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok())
+                .ok_or("/proc/sys/kernel/cap_last_cap unreadable")?;
+            // SAFETY: the closure runs in the child between fork and exec and makes only
+            // prctl(2) and capget/capset(2) system calls, which are async-signal-safe.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                    limit_capabilities(keep, last)
+                });
+            }
+        }
+        let child = command
             .spawn()
             .map_err(|e| format!("starting {}: {e}", qosd.display()))?;
-        let mut agent = Self {
+        Ok(Self {
             child: Some(child),
             addr,
             log,
-        };
+        })
+    }
+
+    /// Waits up to `ready_within` for `/healthz` to answer `ok`.
+    pub(crate) fn wait_ready(&mut self, ready_within: Duration) -> Result<(), String> {
         let deadline = Instant::now() + ready_within;
         loop {
-            if http_get(addr, "/healthz").is_ok_and(|body| body == "ok\n") {
-                return Ok(agent);
+            if http_get(self.addr, "/healthz").is_ok_and(|body| body == "ok\n") {
+                return Ok(());
             }
-            if let Some(child) = agent.child.as_mut()
+            if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
                 return Err(format!(
                     "qosd exited before serving: {status}\n{}",
-                    agent.log_tail()
+                    self.log_tail()
                 ));
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "qosd did not serve /healthz on {addr} within {ready_within:?}\n{}",
-                    agent.log_tail()
+                    "qosd did not serve /healthz on {} within {ready_within:?}\n{}",
+                    self.addr,
+                    self.log_tail()
                 ));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -158,6 +203,67 @@ pub(crate) fn standalone_args(
     ];
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     args
+}
+
+/// In a child about to exec as uid 0: every capability up to `last` outside `keep` (a bit mask) dropped
+/// from the bounding set, and the inheritable and ambient sets cleared, so the exec gives the
+/// program exactly `keep` (a root exec gets its bounding set, plus its inheritable one).
+fn limit_capabilities(keep: u64, last: u32) -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    for cap in 0..=last.min(63) {
+        if keep & (1 << cap) == 0 {
+            // SAFETY: prctl(PR_CAPBSET_DROP, cap) takes an integer and changes only this
+            // process's bounding set.
+            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) } != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    // SAFETY: as above; clears this process's ambient set.
+    if unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget fills the two Data words for the version-3 header given; both live on
+    // this stack frame.
+    if unsafe { libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    for word in &mut data {
+        word.inheritable = 0;
+    }
+    // SAFETY: capset with the same header and the sets just read, inheritable cleared (a
+    // process may always lower its inheritable set).
+    if unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A port that was free a moment ago.

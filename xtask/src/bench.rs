@@ -223,6 +223,11 @@ fn node_section(rounds: Rounds) -> Result<()> {
     }
 }
 
+/// Builds the release `qosd` and soaks it in pod churn for `minutes`.
+pub(crate) fn soak(minutes: u64) -> Result<()> {
+    crate::node_bench::soak::run(&release_qosd()?, minutes)
+}
+
 /// The release `qosd`, built with the benchmark tools installed.
 fn release_qosd() -> Result<std::path::PathBuf> {
     build_release_qosd(&setup::bench_tools()?)

@@ -1,14 +1,15 @@
-//! qosd's developer commands: `cargo xtask setup | run | test | vm | bench | fuzz | deploy-check |
-//! image`.
+//! qosd's developer commands: `cargo xtask setup | run | test | vm | bench | fuzz | chaos |
+//! soak | deploy-check | image`.
 //!
 //! xtask owns everything around the Rust build that a newcomer or CI needs: installing the
 //! eBPF tool chain and test dependencies into a cache ([`setup`]), starting qosd with its
 //! embedded defaults ([`run`]), running every test tier with a summary ([`test`]; the deploy
-//! tier's checks of `deploy/` in [`deploy_check`]), fuzzing the parsers ([`fuzz`]), booting
-//! guest kernels ([`vm`]), and
-//! building qosd's container image ([`image`]).
+//! tier's checks of `deploy/` in [`deploy_check`]), fuzzing the parsers ([`fuzz`]), kill storms
+//! ([`chaos`]), churn soaks (`node_bench::soak`), booting guest kernels ([`vm`]), and building
+//! qosd's container image ([`image`]).
 
 mod bench;
+mod chaos;
 mod deploy_check;
 mod fuzz;
 mod image;
@@ -92,6 +93,30 @@ enum Command {
         /// Only targets whose name contains this string.
         target: Option<String>,
     },
+    /// Kill storms (root): qosd SIGKILLed at random instants, at least --kills times, while
+    /// pods are admitted, replaced and deleted and the feedback intervenes; after every
+    /// restart the node is checked against cgroupfs, the processes and the CPU manager's
+    /// checkpoint. Prints the kills and the invariant violations (any fails the run).
+    Chaos {
+        /// How many SIGKILLs.
+        #[arg(long, default_value_t = 100)]
+        kills: u32,
+        /// Replay the storm of this seed (printed by every run).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run it in this guest kernel (5.10, 6.1 or 6.12) instead of on this machine.
+        #[arg(long)]
+        kernel: Option<String>,
+    },
+    /// Churn soak (root): the release qosd for N minutes while pods are created and deleted
+    /// (10 to 110 and back, 2 per second, about 100 per wave) and /metrics is scraped every
+    /// second; prints qosd's RSS, open fds, threads, eBPF map entries, series and cgroups at
+    /// the start, middle and end, and fails if any but RSS grew.
+    Soak {
+        /// Minutes of churn (10 creates over 500 pods).
+        #[arg(long, default_value_t = 10)]
+        minutes: u64,
+    },
     /// Check deploy/ as the deploy tier of `cargo xtask test` does: the manifests against
     /// Kubernetes' schemas (kubernetes-validate), the alert rules and their unit tests
     /// (promtool), and the image built and run.
@@ -143,6 +168,12 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Bench { filter } => bench::run(filter.as_deref()),
         Command::Fuzz { seconds, target } => fuzz::run_alone(seconds, target.as_deref()),
+        Command::Chaos {
+            kills,
+            seed,
+            kernel,
+        } => chaos::run(kills, seed, kernel.as_deref()),
+        Command::Soak { minutes } => bench::soak(minutes),
         Command::DeployCheck { no_image } => deploy_check::run_alone(!no_image),
         Command::Image { check } => image::run(check),
     }

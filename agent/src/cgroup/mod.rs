@@ -12,6 +12,8 @@ pub mod backend;
 pub mod cfs;
 pub mod cgroupfs;
 pub mod cpuset;
+#[cfg(test)]
+pub mod fault;
 pub mod files;
 pub mod hierarchy;
 pub mod layout;

@@ -136,8 +136,9 @@ fn windows_in(span: Duration, period: Duration) -> u32 {
     u32::try_from(span.as_millis().div_ceil(period)).unwrap_or(u32::MAX)
 }
 
-/// What the running kernel lets the policies write (found from the kubepods cgroup's files).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the running kernel lets the policies write (found from the kubepods cgroup's files);
+/// the default is neither.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// `cpu.cfs_burst_us` / `cpu.max.burst` (Linux 5.14+).
     pub cpu_burst: bool,

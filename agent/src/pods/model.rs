@@ -150,6 +150,7 @@ pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
 
 /// The pod's restart policy (`spec.restartPolicy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(try_from = "String")]
 pub enum RestartPolicy {
     #[default]
     Always,
@@ -157,11 +158,66 @@ pub enum RestartPolicy {
     Never,
 }
 
+impl TryFrom<String> for RestartPolicy {
+    type Error = UnsupportedValue;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.as_str() {
+            "Always" => Ok(Self::Always),
+            "OnFailure" => Ok(Self::OnFailure),
+            "Never" => Ok(Self::Never),
+            _ => Err(UnsupportedValue {
+                value,
+                supported: &["Always", "OnFailure", "Never"],
+            }),
+        }
+    }
+}
+
 /// A container's own restart policy: only `Always`, only on init containers (sidecars).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
 pub enum ContainerRestartPolicy {
     Always,
 }
+
+impl TryFrom<String> for ContainerRestartPolicy {
+    type Error = UnsupportedValue;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.as_str() {
+            "Always" => Ok(Self::Always),
+            _ => Err(UnsupportedValue {
+                value,
+                supported: &["Always"],
+            }),
+        }
+    }
+}
+
+/// A value outside an enumerated field's set, in the API server's words (`field.NotSupported`:
+/// `Unsupported value: "Sometimes": supported values: "Always", "OnFailure", "Never"`); the
+/// manifest reader puts the field's path in front.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsupportedValue {
+    pub value: String,
+    pub supported: &'static [&'static str],
+}
+
+impl std::fmt::Display for UnsupportedValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Unsupported value: {:?}: supported values: ", self.value)?;
+        for (i, value) in self.supported.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{value:?}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UnsupportedValue {}
 
 /// A container (app or init).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -238,6 +294,18 @@ impl Pod {
                 resources.requests.entry(name.clone()).or_insert(*limit);
             }
         }
+    }
+
+    /// A fingerprint of this version of the pod: 32 hex digits, the 128-bit FNV-1a hash of its
+    /// metadata and spec as this build of qosd models them. Its running containers carry it
+    /// (kubelet's container hash plays this part), so a qosd restarted after the manifest
+    /// changed tells the running version from the new one. A qosd upgrade whose pod model
+    /// reads a manifest differently gives a different fingerprint, and restarts the pod once.
+    #[must_use]
+    pub fn fingerprint(&self) -> String {
+        let mut hash = Fnv1a128::new();
+        hash.write(format!("{:?}\n{:?}", self.metadata, self.spec).as_bytes());
+        format!("{:032x}", hash.finish())
     }
 
     /// `namespace/name`, the key pods are unique by.
@@ -471,6 +539,38 @@ mod tests {
     fn sidecar(mut c: Container) -> Container {
         c.restart_policy = Some(ContainerRestartPolicy::Always);
         c
+    }
+
+    #[test]
+    fn a_fingerprint_is_stable_and_follows_every_change_of_metadata_and_spec() {
+        let mut pod = Pod {
+            metadata: ObjectMeta {
+                name: "web".to_owned(),
+                namespace: "default".to_owned(),
+                ..ObjectMeta::default()
+            },
+            spec: PodSpec {
+                containers: vec![container("c", &[("cpu", "100m")], &[])],
+                ..PodSpec::default()
+            },
+            status: PodStatus::default(),
+        };
+        let first = pod.fingerprint();
+        assert_eq!(first.len(), 32);
+        assert_eq!(pod.clone().fingerprint(), first);
+        pod.status.phase = "Running".to_owned();
+        assert_eq!(
+            pod.fingerprint(),
+            first,
+            "the status is not the pod's version"
+        );
+        pod.spec.containers[0] = container("c", &[("cpu", "120m")], &[]);
+        let resized = pod.fingerprint();
+        assert_ne!(resized, first);
+        pod.metadata
+            .labels
+            .insert("app".to_owned(), "web".to_owned());
+        assert_ne!(pod.fingerprint(), resized);
     }
 
     #[test]

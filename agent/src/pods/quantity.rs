@@ -26,6 +26,8 @@ pub struct Quantity {
 }
 
 const NANO: i128 = 1_000_000_000;
+/// apimachinery's `maxAllowed`, 2^63-1 units, in nanos.
+const MAX_NANOS: i128 = i64::MAX as i128 * NANO;
 
 impl Quantity {
     /// Parses a quantity string.
@@ -50,19 +52,24 @@ impl Quantity {
         // Digits as an integer plus a decimal exponent: 1.25 -> 125e-2.
         let digits = format!("{whole}{fraction}");
         let digits = digits.trim_start_matches('0');
-        if digits.len() > 30 {
-            return Err(QuantityError::OutOfRange(text.to_owned()));
-        }
-        let mantissa: i128 = if digits.is_empty() {
+        // 30 significant digits fit an i128 with room for the suffix; the rest only round up
+        // (exactly: nanoseconds lie on the 30-digit grid wherever the value is below the cap).
+        let (kept, dropped) = digits.split_at(digits.len().min(30));
+        let mut mantissa: i128 = if kept.is_empty() {
             0
         } else {
-            digits
-                .parse()
+            kept.parse()
                 .map_err(|_| QuantityError::Malformed(text.to_owned()))?
         };
-        let mut exponent10 = -i32::try_from(fraction.len())
-            .map_err(|_| QuantityError::OutOfRange(text.to_owned()))?;
-        let mut multiplier: i128 = 1;
+        if dropped.bytes().any(|b| b != b'0') {
+            mantissa += 1;
+        }
+        let mut exponent10 = i32::try_from(dropped.len())
+            .ok()
+            .zip(i32::try_from(fraction.len()).ok())
+            .map(|(dropped, fraction)| dropped - fraction)
+            .ok_or_else(|| QuantityError::OutOfRange(text.to_owned()))?;
+        let mut binary_shift = 0u32;
         match suffix {
             "" => {}
             "n" => exponent10 -= 9,
@@ -74,12 +81,12 @@ impl Quantity {
             "T" => exponent10 += 12,
             "P" => exponent10 += 15,
             "E" => exponent10 += 18,
-            "Ki" => multiplier = 1 << 10,
-            "Mi" => multiplier = 1 << 20,
-            "Gi" => multiplier = 1 << 30,
-            "Ti" => multiplier = 1 << 40,
-            "Pi" => multiplier = 1 << 50,
-            "Ei" => multiplier = 1 << 60,
+            "Ki" => binary_shift = 10,
+            "Mi" => binary_shift = 20,
+            "Gi" => binary_shift = 30,
+            "Ti" => binary_shift = 40,
+            "Pi" => binary_shift = 50,
+            "Ei" => binary_shift = 60,
             other => {
                 let Some(exp) = other.strip_prefix(['e', 'E']) else {
                     return Err(QuantityError::UnknownSuffix(text.to_owned()));
@@ -92,26 +99,27 @@ impl Quantity {
                     .ok_or_else(|| QuantityError::OutOfRange(text.to_owned()))?;
             }
         }
-        let out_of_range = || QuantityError::OutOfRange(text.to_owned());
-        // nanos = mantissa * multiplier * 10^(exponent10 + 9), rounded up when precision is lost.
-        let scaled = mantissa.checked_mul(multiplier).ok_or_else(out_of_range)?;
-        let shift = exponent10 + 9;
+        // nanos = mantissa * 2^binary_shift * 10^(exponent10 + 9), rounded up when precision is
+        // lost. Like apimachinery's ParseQuantity, a binary-suffixed magnitude above 2^63-1
+        // units is that (`maxAllowed`: `9Ei` is 9223372036854775807); a decimal one is kept
+        // exactly (`12E`), up to what 128 bits of nanos hold (about 1.7e29 units, far past any
+        // resource), and beyond that an error.
+        let binary = binary_shift > 0;
+        let shift = exponent10.saturating_add(9);
         let nanos = if shift >= 0 {
-            let factor = 10i128
-                .checked_pow(u32::try_from(shift).map_err(|_| out_of_range())?)
-                .ok_or_else(out_of_range)?;
-            scaled.checked_mul(factor).ok_or_else(out_of_range)?
+            match u32::try_from(shift)
+                .ok()
+                .and_then(|shift| 10i128.checked_pow(shift))
+                .and_then(|factor| mantissa.checked_mul(1 << binary_shift)?.checked_mul(factor))
+            {
+                Some(nanos) => nanos,
+                None if binary => MAX_NANOS,
+                None => return Err(QuantityError::OutOfRange(text.to_owned())),
+            }
         } else {
-            let divisor = 10i128
-                .checked_pow(u32::try_from(-shift).map_err(|_| out_of_range())?)
-                .unwrap_or(i128::MAX);
-            ceil_div(scaled, divisor)
+            scale_down(mantissa.unsigned_abs(), binary_shift, shift.unsigned_abs())
         };
-        // Kubernetes caps quantities at 2^63-1 in their largest unit; anything near i64::MAX
-        // units is nonsense for resources.
-        if nanos / NANO > i128::from(i64::MAX) {
-            return Err(out_of_range());
-        }
+        let nanos = if binary { nanos.min(MAX_NANOS) } else { nanos };
         Ok(Self {
             nanos: if negative { -nanos } else { nanos },
         })
@@ -207,6 +215,44 @@ impl<'de> serde::Deserialize<'de> for Quantity {
     }
 }
 
+/// `ceil(a * 2^binary_shift / 10^decimal_shift)`, exact for any `a` below 2^101, saturating
+/// at [`MAX_NANOS`] (only a binary suffix can get there: below a nano, 30 decimal digits stay
+/// far under it). The product can pass 128 bits (30 digits times `Ei`'s 2^60), so it is
+/// divided bit by bit by at most 10^38, and by the rest of the power of ten afterwards
+/// (`ceil(ceil(x / y) / z) == ceil(x / (y * z))` for positive integers).
+fn scale_down(a: u128, binary_shift: u32, decimal_shift: u32) -> i128 {
+    const CAP: u128 = MAX_NANOS.unsigned_abs();
+    let first = decimal_shift.min(38);
+    let divisor = 10u128.pow(first);
+    let (mut quotient, mut remainder) = (0u128, 0u128);
+    let bits = 128 - a.leading_zeros();
+    for i in (0..bits + binary_shift).rev() {
+        let bit = if i >= binary_shift {
+            (a >> (i - binary_shift)) & 1
+        } else {
+            0
+        };
+        // remainder < divisor <= 10^38 < 2^127: doubling it cannot overflow.
+        remainder = (remainder << 1) | bit;
+        quotient <<= 1;
+        if remainder >= divisor {
+            remainder -= divisor;
+            quotient |= 1;
+        }
+        if quotient > CAP {
+            return MAX_NANOS;
+        }
+    }
+    let mut value = quotient + u128::from(remainder != 0);
+    let mut rest = decimal_shift - first;
+    while rest > 0 && value > 0 {
+        let step = rest.min(38);
+        value = value.div_ceil(10u128.pow(step));
+        rest -= step;
+    }
+    i128::try_from(value.min(CAP)).unwrap_or(MAX_NANOS)
+}
+
 fn ceil_div(a: i128, b: i128) -> i128 {
     let q = a / b;
     if a % b != 0 && ((a > 0) == (b > 0)) {
@@ -223,6 +269,172 @@ fn saturate(v: i128) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// apimachinery's `TestQuantityParse` table (k8s.io/apimachinery, pkg/api/resource/
+    /// quantity_test.go, master of 2026): the text, and the exact value its `decQuantity(m, e)`
+    /// names, m * 10^e, rounded up to nanos as ParseQuantity does. Each row is also parsed with
+    /// `-` and `+` in front, as that test does. The two rows that saturate at `maxAllowed` (a
+    /// cap ParseQuantity applies to binary suffixes only) follow, and then its invalid strings. The test's format column (`DecimalSI`, `BinarySI`,
+    /// `DecimalExponent`) has no counterpart here: qosd never writes a quantity back, so it keeps
+    /// the value and not the spelling (its `Display` is for logs: `1500m`, `2`).
+    const APIMACHINERY_PARSE: &[(&str, i128, i32)] = &[
+        ("0", 0, 0),
+        ("0n", 0, 0),
+        ("0u", 0, 0),
+        ("0m", 0, 0),
+        ("0Ki", 0, 0),
+        ("0k", 0, 0),
+        ("0Mi", 0, 0),
+        ("0M", 0, 0),
+        ("0Gi", 0, 0),
+        ("0G", 0, 0),
+        ("0Ti", 0, 0),
+        ("0T", 0, 0),
+        ("1", 1, 0),
+        ("1Ki", 1024, 0),
+        ("8Ki", 8 * 1024, 0),
+        ("7Mi", 7 << 20, 0),
+        ("6Gi", 6 << 30, 0),
+        ("5Ti", 5 << 40, 0),
+        ("4Pi", 4 << 50, 0),
+        ("3Ei", 3 << 60, 0),
+        ("10Ti", 10 << 40, 0),
+        ("100Ti", 100 << 40, 0),
+        ("5n", 5, -9),
+        ("4u", 4, -6),
+        ("3m", 3, -3),
+        ("9", 9, 0),
+        ("8k", 8, 3),
+        ("50k", 5, 4),
+        ("7M", 7, 6),
+        ("6G", 6, 9),
+        ("5T", 5, 12),
+        ("40T", 4, 13),
+        ("300T", 3, 14),
+        ("2P", 2, 15),
+        ("1E", 1, 18),
+        ("1E-3", 1, -3),
+        ("1e3", 1, 3),
+        ("1E6", 1, 6),
+        ("1e9", 1, 9),
+        ("1E12", 1, 12),
+        ("1e15", 1, 15),
+        ("1E18", 1, 18),
+        ("1e14", 1, 14),
+        ("1e13", 1, 13),
+        ("100.035k", 100_035, 0),
+        ("0.001", 1, -3),
+        ("0.0005k", 5, -1),
+        ("0.005", 5, -3),
+        ("0.05", 5, -2),
+        ("0.5", 5, -1),
+        ("0.00050k", 5, -1),
+        ("0.00500", 5, -3),
+        ("0.05000", 5, -2),
+        ("0.50000", 5, -1),
+        ("0.5e0", 5, -1),
+        ("0.5e-1", 5, -2),
+        ("0.5e-2", 5, -3),
+        ("10.035M", 10035, 3),
+        ("1.2e3", 12, 2),
+        ("1.3E+6", 13, 5),
+        ("1.40e9", 14, 8),
+        ("1.53E12", 153, 10),
+        ("1.6e15", 16, 14),
+        ("1.7E18", 17, 17),
+        ("9.01", 901, -2),
+        ("8.1k", 81, 2),
+        ("7.123456M", 7_123_456, 0),
+        ("6.987654321G", 6_987_654_321, 0),
+        ("5.444T", 5444, 9),
+        ("40.1T", 401, 11),
+        ("300.2T", 3002, 11),
+        ("2.5P", 25, 14),
+        ("1.01E", 101, 16),
+        ("3.001n", 4, -9),
+        ("1.1E-9", 2, -9),
+        ("0.0000000001", 1, -9),
+        ("0.0000000005", 1, -9),
+        ("0.00000000050", 1, -9),
+        ("0.5e-9", 1, -9),
+        ("0.9n", 1, -9),
+        ("0.00000012345", 124, -9),
+        ("0.00000012354", 124, -9),
+        ("12E", 12, 18),
+        ("100.035Ki", 10_243_584, -2),
+        ("0.5Mi", 524_288, 0),
+        ("0.05Gi", 536_870_912, -1),
+        ("0.025Ti", 274_877_906_944, -1),
+        ("0.000000000001Ki", 2, -9),
+        (".001", 1, -3),
+        (".0001k", 100, -3),
+        ("1.", 1, 0),
+        ("1.G", 1, 9),
+    ];
+
+    #[test]
+    fn parse_matches_apimachinerys_table_signs_saturation_and_invalid_strings() {
+        for &(text, mantissa, exponent) in APIMACHINERY_PARSE {
+            let shift = exponent + 9;
+            let nanos = if shift >= 0 {
+                mantissa * 10i128.pow(shift.unsigned_abs())
+            } else {
+                mantissa / 10i128.pow(shift.unsigned_abs())
+            };
+            for (sign, want) in [("", nanos), ("-", -nanos), ("+", nanos)] {
+                let input = format!("{sign}{text}");
+                let got = Quantity::parse(&input).unwrap_or_else(|e| panic!("{input}: {e}"));
+                assert_eq!(got.nanos, want, "{input}");
+            }
+        }
+        for text in ["9Ei", "9223372036854775807Ki"] {
+            let q = Quantity::parse(text).expect(text);
+            assert_eq!(q.nanos, MAX_NANOS, "{text} is maxAllowed");
+            assert_eq!(q.value(), i64::MAX);
+            assert_eq!(
+                Quantity::parse(&format!("-{text}")).expect(text).nanos,
+                -MAX_NANOS
+            );
+        }
+        for text in [
+            "1.1.M", "1+1.0M", "0.1mi", "0.1am", "aoeu", ".5i", "1i", "-3.01i", "-3.01e-",
+        ] {
+            assert!(Quantity::parse(text).is_err(), "{text} parsed");
+        }
+        // The table's last two invalid strings, " 1" and "1 ", are refused by ParseQuantity
+        // but accepted from JSON and YAML (`TestJSONWhitespace`: Quantity.UnmarshalJSON trims
+        // them), which is where qosd's quantities come from.
+        for text in [" 1", "1 "] {
+            assert_eq!(Quantity::parse(text).map(|q| q.nanos), Ok(NANO), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn precision_beyond_128_bits_is_still_rounded_up_exactly() {
+        // 30 significant digits times Ei's 2^60 pass 128 bits before the division.
+        let q = Quantity::parse("0.000000000000000000123456789012345678901234567891Ei")
+            .expect("parses");
+        // 123456789012345678901234567891e-48 * 2^60 units = 142335986.94... nanos.
+        assert_eq!(q.nanos, 142_335_987);
+        // More than 30 significant digits: the dropped ones round up.
+        assert_eq!(
+            Quantity::parse("1.0000000000000000000000000000000001").map(|q| q.nanos),
+            Ok(NANO + 1)
+        );
+        assert_eq!(
+            Quantity::parse("1.0000000000000000000000000000000000").map(|q| q.nanos),
+            Ok(NANO)
+        );
+        assert!(matches!(
+            Quantity::parse("1e99"),
+            Err(QuantityError::OutOfRange(_))
+        ));
+        assert_eq!(
+            Quantity::parse("99999999999999999999999999999999999999Ei").map(|q| q.nanos),
+            Ok(MAX_NANOS)
+        );
+        assert_eq!(Quantity::parse("1e-99").map(|q| q.nanos), Ok(1));
+    }
 
     /// Rows mirror apimachinery's `TestQuantityParse` / `TestQuantityValue` expectations
     /// (k8s.io/apimachinery/pkg/api/resource/quantity_test.go).

@@ -400,6 +400,18 @@ impl AdoptedProcess {
     }
 }
 
+/// The value of variable `name` in the environment process `pid` was started with
+/// (`/proc/<pid>/environ`); `None` when it has none.
+pub fn environ_var(pid: u32, name: &str) -> std::io::Result<Option<String>> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
+    Ok(environ.split(|b| *b == 0).find_map(|entry| {
+        entry
+            .strip_prefix(name.as_bytes())
+            .and_then(|rest| rest.strip_prefix(b"="))
+            .map(|value| String::from_utf8_lossy(value).into_owned())
+    }))
+}
+
 /// Among `pids`, the one that leads its own process group (how [`spawn`] starts every
 /// container), lowest first; `None` when no process in the list leads a group.
 #[must_use]
@@ -436,6 +448,39 @@ mod tests {
             .expect("wait");
         assert!(status.success());
         assert_eq!(std::fs::read_to_string(log).expect("log"), "hello\nerr\n");
+    }
+
+    #[test]
+    fn environ_var_reads_what_the_process_was_started_with() {
+        let launch = Launch {
+            argv: vec!["/bin/sleep".into(), "5".into()],
+            env: vec![
+                ("QOSD_TEST_A".into(), "one=two".into()),
+                ("QOSD_TEST_AB".into(), "three".into()),
+            ],
+            log_file: None,
+        };
+        let mut child = spawn(&launch, CgroupJoin::none()).expect("spawn");
+        let pid = child.id();
+        let read = |name: &str| environ_var(pid, name).expect("environ");
+        // Read after the exec: until then /proc shows the parent's environment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while read("QOSD_TEST_A").is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never saw the variable"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(read("QOSD_TEST_A").as_deref(), Some("one=two"));
+        assert_eq!(read("QOSD_TEST_AB").as_deref(), Some("three"));
+        assert_eq!(
+            read("QOSD_TEST"),
+            None,
+            "a prefix of a name is not the name"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

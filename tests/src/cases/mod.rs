@@ -1,5 +1,7 @@
 //! The system test cases, one module per capability.
+pub(crate) mod capabilities;
 pub(crate) mod cgroups;
+pub(crate) mod chaos;
 pub(crate) mod cpu_time;
 pub(crate) mod feedback;
 pub(crate) mod inspect;
@@ -16,6 +18,11 @@ pub(crate) mod throttle;
 pub(crate) mod topology;
 
 use crate::harness::Case;
+
+/// A case's own time limit, where the harness's default is too short for it.
+pub(crate) fn time_limit(case: &str) -> Option<std::time::Duration> {
+    (case == "kill_storm_leaves_node_consistent").then(chaos::time_limit)
+}
 
 /// Every case, in the order they run.
 pub(crate) fn all() -> Vec<Case> {
@@ -175,6 +182,14 @@ pub(crate) fn all() -> Vec<Case> {
         Case {
             name: "beside_kubelet_with_containerd",
             run: kubernetes::beside_kubelet,
+        },
+        Case {
+            name: "listed_capabilities_suffice_for_every_probe",
+            run: capabilities::listed_capabilities_suffice,
+        },
+        Case {
+            name: "kill_storm_leaves_node_consistent",
+            run: chaos::kill_storm,
         },
     ]
 }

@@ -42,11 +42,12 @@ const BUSY_POD: &str = "guaranteed-busy";
 /// Scrapes Prometheus must have made before the queries run (rate windows need two samples).
 const MIN_SCRAPES: f64 = 6.0;
 
-/// Grafana's built-in variables, as the test sets them for a 1 s scrape interval.
+/// Grafana's built-in variables, as Grafana sets them for the test's 2 s scrape interval
+/// (`$__rate_interval`: four scrape intervals).
 const BUILTINS: &[(&str, &str)] = &[
-    ("__rate_interval", "5s"),
-    ("__interval", "2s"),
-    ("__interval_ms", "2000"),
+    ("__rate_interval", "8s"),
+    ("__interval", "4s"),
+    ("__interval_ms", "4000"),
     ("__range", "1m"),
     ("__range_s", "60"),
     ("__range_ms", "60000"),
@@ -296,9 +297,12 @@ fn run(ctx: &Context, driver: Option<&str>) -> Result<Outcome, String> {
 }
 
 /// How many times a query with no series (a panel's or an end-to-end one) is asked again,
-/// 2.5 s apart: under emulation several scrapes in a row can overrun the 1 s timeout, and a
-/// `rate(...[5s])` needs two good ones in its window.
+/// 2.5 s apart: under emulation scrapes can overrun their timeout, several in a row, and a
+/// `rate()` needs two good ones in its window.
 const STALE_RETRIES: usize = 3;
+/// The time all retries of one case may take together: a target down for long makes every
+/// query retry, and the case must still end within the harness's budget.
+const RETRY_BUDGET: Duration = Duration::from_secs(45);
 
 /// The value of the one series of a query's answer.
 fn single_value(expr: &str, result: &[Value]) -> Result<f64, String> {
@@ -568,11 +572,12 @@ fn check_dashboards(
                         );
                     }
                     Ok((_, states)) => problems.push(format!(
-                        "{}: no data for {}, asked {} times 2.5 s apart (target before each retry: {})",
+                        "{}: no data for {}, asked {} times 2.5 s apart (target before each retry: {}; retry budget left {:?})",
                         query.place,
                         query.expr,
-                        STALE_RETRIES + 1,
-                        states.join("; ")
+                        states.len() + 1,
+                        states.join("; "),
+                        prometheus.retry_budget.get()
                     )),
                     Err(e) => problems.push(format!("{}: {e}", query.place)),
                 }
@@ -594,11 +599,11 @@ fn check_dashboards(
         "sum(qosd_cgroup_cpu_seconds_total{{namespace=\"{NAMESPACE}\", pod=\"{BUSY_POD}\", container=\"c\"}})"
     );
     let before = prometheus.scalar_after_staleness(&busy, &mut retried)?;
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(5));
     let after = prometheus.scalar_after_staleness(&busy, &mut retried)?;
     if after <= before {
         problems.push(format!(
-            "{BUSY_POD}'s qosd_cgroup_cpu_seconds_total did not grow in Prometheus: {before} then {after} 3 s later"
+            "{BUSY_POD}'s qosd_cgroup_cpu_seconds_total did not grow in Prometheus: {before} then {after} 5 s later"
         ));
     }
 
@@ -676,6 +681,8 @@ struct Prometheus {
     addr: SocketAddr,
     target: SocketAddr,
     dir: PathBuf,
+    /// What is left of [`RETRY_BUDGET`].
+    retry_budget: std::cell::Cell<Duration>,
 }
 
 impl Prometheus {
@@ -697,6 +704,7 @@ impl Prometheus {
             addr,
             target,
             dir,
+            retry_budget: std::cell::Cell::new(RETRY_BUDGET),
         };
         std::fs::create_dir_all(prometheus.dir.join("data"))
             .map_err(|e| format!("{}: {e}", prometheus.dir.display()))?;
@@ -704,7 +712,7 @@ impl Prometheus {
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+                "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 2s\n\
                  scrape_configs:\n- job_name: qosd\n  static_configs:\n  - targets: ['{target}']\n"
             ),
         )
@@ -845,7 +853,8 @@ impl Prometheus {
     }
 
     /// `answer` (the first answer to `expr`), asked again after the next scrape, up to
-    /// [`STALE_RETRIES`] times, while it has no series: a failed scrape (over the 1 s timeout in an
+    /// [`STALE_RETRIES`] times and within what is left of [`RETRY_BUDGET`], while it has no
+    /// series: a failed scrape (over the 2 s timeout in an
     /// emulated guest) marks every series stale until the next one. Returns the last answer
     /// and the target's state before each retry, for the caller to report.
     fn asked_after_staleness(
@@ -854,9 +863,12 @@ impl Prometheus {
         mut answer: Vec<Value>,
     ) -> Result<(Vec<Value>, Vec<String>), String> {
         let mut states = Vec::new();
-        while answer.is_empty() && states.len() < STALE_RETRIES {
+        const PAUSE: Duration = Duration::from_millis(2500);
+        while answer.is_empty() && states.len() < STALE_RETRIES && self.retry_budget.get() >= PAUSE
+        {
+            self.retry_budget.set(self.retry_budget.get() - PAUSE);
             states.push(self.target_state()?);
-            std::thread::sleep(Duration::from_millis(2500));
+            std::thread::sleep(PAUSE);
             answer = self.query(expr)?;
         }
         Ok((answer, states))
@@ -869,9 +881,10 @@ impl Prometheus {
         let (answer, states) = self.asked_after_staleness(expr, self.query(expr)?)?;
         if answer.is_empty() {
             return Err(format!(
-                "{expr}: 0 series, asked {} times 2.5 s apart (target before each retry: {})",
-                STALE_RETRIES + 1,
-                states.join("; ")
+                "{expr}: 0 series, asked {} times 2.5 s apart (target before each retry: {}; retry budget left {:?})",
+                states.len() + 1,
+                states.join("; "),
+                self.retry_budget.get()
             ));
         }
         retried.extend(

@@ -33,6 +33,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::procfs::{cpu_seconds, free_port, get, stop, wait_until_serving};
 
 mod kubernetes;
+pub(crate) mod soak;
 
 /// Pod counts measured.
 const SIZES: [usize; 3] = [10, 110, 250];
@@ -154,7 +155,7 @@ struct Agent {
 }
 
 fn measure(qosd: &Path, pods: usize, peer: &Child, peer_addr: SocketAddr) -> Result<Round> {
-    let mut agent = start_agent(qosd, pods)?;
+    let mut agent = start_agent(qosd, pods, pods + 20)?;
     let result = measure_running(&mut agent, pods, peer, peer_addr);
     stop(&mut agent.child, libc::SIGTERM);
     let left = agent.besteffort.exists();
@@ -168,7 +169,8 @@ fn measure(qosd: &Path, pods: usize, peer: &Child, peer_addr: SocketAddr) -> Res
     result
 }
 
-fn start_agent(qosd: &Path, pods: usize) -> Result<Agent> {
+/// qosd on `pods` generated pods, admitting up to `max_pods` (kubelet's `maxPods`).
+fn start_agent(qosd: &Path, pods: usize, max_pods: usize) -> Result<Agent> {
     let dir = std::env::temp_dir().join(format!("qosd-bench-node-{}-{pods}", std::process::id()));
     let manifests = dir.join("manifests");
     std::fs::create_dir_all(&manifests)
@@ -177,8 +179,7 @@ fn start_agent(qosd: &Path, pods: usize) -> Result<Agent> {
     std::fs::write(
         &config,
         format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: {}\n",
-            pods + 20
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: {max_pods}\n"
         ),
     )
     .with_context(|| format!("writing {}", config.display()))?;

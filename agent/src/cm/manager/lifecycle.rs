@@ -9,7 +9,7 @@ use crate::runtime::supervisor::{
 };
 
 use super::ContainerManager;
-use super::{Phase, ROOT_OWNER_FILE, container_names, log_event};
+use super::{POD_FINGERPRINT_ENV, Phase, ROOT_OWNER_FILE, container_names, log_event};
 
 impl ContainerManager {
     /// Reaps containers, then advances the pods something happened to (a container event, an
@@ -159,10 +159,12 @@ impl ContainerManager {
                     .chain(container.args.iter())
                     .cloned()
                     .collect(),
+                // The pod's fingerprint last, over any variable of the same name.
                 env: container
                     .env
                     .iter()
                     .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+                    .chain([(POD_FINGERPRINT_ENV.to_owned(), managed.pod.fingerprint())])
                     .collect(),
                 log_file,
             },

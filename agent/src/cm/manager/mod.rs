@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use crate::cgroup::backend::{CgroupError, CgroupReader, CgroupWriter};
 use crate::cgroup::name::{CgroupName, NameError};
 use crate::cgroup::resources::ResourceConfig;
-use crate::feedback::{ContainerRef, DecisionLog};
+use crate::feedback::{Capabilities, ContainerRef, DecisionLog};
 use crate::pods::model::Pod;
 use crate::pods::qos::QosClass;
 use crate::pods::source::{Origin, SourcedPod};
@@ -52,6 +52,10 @@ mod tests;
 
 /// In the state directory: the cgroup root qosd created and has not removed yet.
 const ROOT_OWNER_FILE: &str = "cgroup_root_created";
+
+/// In every container's environment: the fingerprint of the pod version it was started for
+/// ([`Pod::fingerprint`](crate::pods::model::Pod::fingerprint)), read back at a restart.
+pub const POD_FINGERPRINT_ENV: &str = "QOSD_POD_FINGERPRINT";
 
 /// Errors that stop the manager from starting (per-pod errors are logged and counted).
 #[derive(Debug, thiserror::Error)]
@@ -130,6 +134,11 @@ pub struct ContainerManager {
     resources: ResourceManagers,
     /// The shared CPU pool the containers' cgroups were last written with.
     written_pool: Cpus,
+    /// The feedback's settings this kernel has. Without the feedback their kubelet values are
+    /// written all the same (see [`Capabilities::besteffort_baseline`]): an intervention an
+    /// earlier run left in force (killed before it could lift it) is lifted, and an idle
+    /// BestEffort tier, whose weight the kernel refuses to set, is made not idle first.
+    knobs: Capabilities,
     /// Containers whose cgroup survived a restart with its process: adopted, not started.
     adoptable: BTreeSet<ContainerKey>,
     /// Pods the next tick advances (see [`ContainerManager::tick`]).
@@ -183,12 +192,22 @@ impl ContainerManager {
             written_pool: resources.shared_pool().clone(),
             resources,
             adoptable: BTreeSet::new(),
+            knobs: Capabilities::default(),
             to_advance: BTreeSet::new(),
             feedback: None,
             numa_nodes: BTreeSet::new(),
             ids: BTreeMap::new(),
         };
-        manager.ensure_tiers(Cause::Change)?;
+        // A setting the kernel refuses degrades that tier, not the node: it is logged and
+        // counted, and reconcile writes it again. Failing to make kubepods stops the start.
+        match manager.ensure_tiers(Cause::Change) {
+            Ok(()) => {}
+            Err(e @ CgroupError::Write { .. }) => {
+                tracing::warn!(error = %e, "a QoS tier setting was refused; the tier runs without it until reconcile writes it");
+                manager.count_error(&e);
+            }
+            Err(e) => return Err(e.into()),
+        }
         manager.enforce_reserved(Cause::Change);
         tracing::info!(root = %manager.options.root, created_root, "container manager started");
         Ok(manager)

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use crate::cgroup::backend::CgroupError;
 use crate::cgroup::name::CgroupName;
-use crate::cgroup::resources::ResourceConfig;
+use crate::cgroup::resources::{Limit, ResourceConfig};
+use crate::cm::feedback_loop;
 use crate::cm::index::Workload;
 use crate::cm::pod_resources::{container_config, pod_config};
 use crate::cm::qos_tiers::tier_settings;
@@ -67,7 +68,10 @@ impl ContainerManager {
                 Some(f) => {
                     f.container_config(&container_ref(uid, &managed.pod, &container.name), config)
                 }
-                None => config,
+                None => {
+                    let quota = matches!(config.cpu_quota, Some(Limit::Value(_)));
+                    config.overlaid(&self.knobs.container_baseline(quota))
+                }
             };
             let created = self.apply(&name, &config, cause)?;
             indexed.push((name, workload(Some(&container.name)), created));
@@ -119,10 +123,25 @@ impl ContainerManager {
         Ok(false)
     }
 
+    /// Makes kubepods and the tiers with their settings. A setting the kernel refuses does not
+    /// stop the others (the tiers below kubepods are still made): the first error is returned
+    /// once everything else is done.
     pub(super) fn ensure_tiers(&mut self, cause: Cause) -> Result<(), CgroupError> {
         let kubepods = self.options.kubepods.clone();
-        self.apply(&self.tiers.kubepods.clone(), &kubepods, cause)?;
-        self.refresh_tiers_checked(cause)
+        let refused = self
+            .apply(&self.tiers.kubepods.clone(), &kubepods, cause)
+            .err();
+        if let Some(error) = refused.as_ref()
+            && !self.cgroups.exists(&self.tiers.kubepods)?
+        {
+            // Not even made: nothing can be made below it.
+            return Err(CgroupError::NoHierarchy {
+                what: format!("{} could not be made: {error}", self.tiers.kubepods),
+            });
+        }
+        self.knobs = feedback_loop::capabilities(self.reader(), &self.tiers.kubepods);
+        let tiers = self.refresh_tiers_checked(cause).err();
+        refused.or(tiers).map_or(Ok(()), Err)
     }
 
     pub(super) fn refresh_tiers(&mut self) {
@@ -140,20 +159,27 @@ impl ContainerManager {
                 .map(|p| (p.qos, &p.pod.spec)),
             self.options.policy.memory_qos,
         );
-        self.apply(&self.tiers.burstable.clone(), &settings.burstable, cause)?;
+        let burstable = self
+            .apply(&self.tiers.burstable.clone(), &settings.burstable, cause)
+            .err();
         let besteffort = match &self.feedback {
             Some(f) => f.tier_config(settings.besteffort),
-            None => settings.besteffort,
+            None => settings
+                .besteffort
+                .overlaid(&self.knobs.besteffort_baseline()),
         };
-        self.apply(&self.tiers.besteffort.clone(), &besteffort, cause)?;
-        if let Some(min) = settings.kubepods_memory_min {
+        let besteffort = self
+            .apply(&self.tiers.besteffort.clone(), &besteffort, cause)
+            .err();
+        let kubepods = settings.kubepods_memory_min.and_then(|min| {
             let config = ResourceConfig {
                 memory_min: Some(min),
                 ..ResourceConfig::default()
             };
-            self.apply(&self.tiers.kubepods.clone(), &config, cause)?;
-        }
-        Ok(())
+            self.apply(&self.tiers.kubepods.clone(), &config, cause)
+                .err()
+        });
+        burstable.or(besteffort).or(kubepods).map_or(Ok(()), Err)
     }
 
     pub(super) fn count_error(&self, error: &CgroupError) {

@@ -8,10 +8,10 @@ use crate::cgroup::name::CgroupName;
 use crate::cm::resource_managers::ObservedContainer;
 use crate::pods::model::Pod;
 use crate::pods::qos::pod_qos;
-use crate::pods::source::PodEvent;
+use crate::pods::source::{PodEvent, SourcedPod};
 use crate::runtime::process;
 
-use super::ContainerManager;
+use super::{ContainerManager, POD_FINGERPRINT_ENV};
 
 impl ContainerManager {
     /// Takes the pod source's first complete list after start: rebuilds unusable checkpoints
@@ -29,6 +29,9 @@ impl ContainerManager {
             .collect();
         let mut observed = Vec::new();
         let mut surviving = 0usize;
+        // Pods whose running containers were started for another version of the pod (the
+        // manifest changed while qosd was down, or before it could restart them).
+        let mut earlier_version = BTreeSet::new();
         for pod in &pods {
             let uid = pod.uid();
             let Ok(cgroup) = self.tiers.pod_cgroup(pod_qos(&pod.spec), &uid) else {
@@ -51,12 +54,19 @@ impl ContainerManager {
                     cpus,
                     mems,
                 });
-                if self
+                let leader = self
                     .cgroups
                     .pids(&name)
-                    .is_ok_and(|p| process::group_leader(&p).is_some())
-                {
+                    .ok()
+                    .and_then(|p| process::group_leader(&p));
+                if let Some(pid) = leader {
                     self.adoptable.insert(self.key(&uid, &container.name));
+                    // No fingerprint: started by a qosd from before fingerprints, or unreadable.
+                    if let Ok(Some(started_for)) = process::environ_var(pid, POD_FINGERPRINT_ENV)
+                        && started_for != pod.fingerprint()
+                    {
+                        earlier_version.insert(uid.clone());
+                    }
                 }
             }
         }
@@ -78,10 +88,30 @@ impl ContainerManager {
             pods = pods.len(),
             surviving,
             adoptable = self.adoptable.len(),
+            earlier_versions = earlier_version.len(),
             "resuming"
         );
+        let changed: Vec<SourcedPod> = events
+            .iter()
+            .filter_map(|e| match e {
+                PodEvent::Added(s) | PodEvent::Updated(s)
+                    if earlier_version.contains(&s.pod.uid()) =>
+                {
+                    Some(s.clone())
+                }
+                _ => None,
+            })
+            .collect();
         for event in events {
             self.handle(event);
+        }
+        // Adopted as they run, then replaced the way a change seen while running is: stopped
+        // with their grace period, and started again with the new spec.
+        for sourced in changed {
+            if self.pods.contains_key(&sourced.pod.uid()) {
+                tracing::info!(pod = %sourced.pod.full_name(), "running containers are of an earlier version of the pod");
+                self.handle(PodEvent::Updated(sourced));
+            }
         }
         self.remove_orphans();
         // Anything not adopted by now is started afresh from here on.

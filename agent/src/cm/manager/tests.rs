@@ -74,13 +74,23 @@ fn manager_reserving(
     resources: ResourceManagers,
     reserved: Vec<(CgroupName, ResourceConfig)>,
 ) -> (ContainerManager, CmMetrics, WorkloadIndex) {
-    let root = CgroupName::new(["qosd"]).expect("name");
     let cgroups = CgroupfsBackend::new(
         Hierarchies::V2(dir.to_owned()),
-        root.clone(),
+        CgroupName::new(["qosd"]).expect("name"),
         NameStyle::Cgroupfs,
     )
     .with_reserved(reserved.iter().map(|(name, _)| name.clone()).collect());
+    manager_on(dir, Box::new(cgroups), resources, reserved).expect("start")
+}
+
+/// A manager on `cgroups` (a fixture backend, or one wrapped in the fault layer).
+fn manager_on(
+    dir: &Path,
+    cgroups: Writer,
+    resources: ResourceManagers,
+    reserved: Vec<(CgroupName, ResourceConfig)>,
+) -> Result<(ContainerManager, CmMetrics, WorkloadIndex), ManagerError> {
+    let root = CgroupName::new(["qosd"]).expect("name");
     let metrics = CmMetrics::register(&prometheus::Registry::new()).expect("metrics");
     let index = WorkloadIndex::new();
     let options = ManagerOptions {
@@ -103,15 +113,9 @@ fn manager_reserving(
         },
         reserved,
     };
-    let manager = ContainerManager::start(
-        Box::new(cgroups),
-        options,
-        resources,
-        index.clone(),
-        metrics.clone(),
-    )
-    .expect("start");
-    (manager, metrics, index)
+    let manager =
+        ContainerManager::start(cgroups, options, resources, index.clone(), metrics.clone())?;
+    Ok((manager, metrics, index))
 }
 
 fn read(dir: &Path, relative: &str) -> String {
@@ -521,4 +525,180 @@ fn reserved_cgroups_are_enforced_reconciled_and_never_created_or_removed() {
     m.shutdown(Duration::from_secs(5));
     assert!(!d.join("qosd").exists());
     assert!(d.join("system.slice").is_dir());
+}
+
+const SLEEPER_V1: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: sleeper, uid: vvvv}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 30']\n    resources: {requests: {cpu: 100m}}\n";
+const SLEEPER_V2: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: sleeper, uid: vvvv}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    command: [/bin/sh, -c, 'sleep 31']\n    resources: {requests: {cpu: 120m}}\n";
+
+/// The running process of `uid`'s container `c`, once there is one.
+fn running_pid(m: &ContainerManager, uid: &str) -> Option<u32> {
+    match m.container_state(uid, "c") {
+        Some((ContainerState::Running { pid }, _)) => Some(*pid),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_restart_after_the_manifest_changed_replaces_the_running_earlier_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (mut first, _, _) = manager(d);
+    first.resume(vec![PodEvent::Added(sourced(SLEEPER_V1))]);
+    let old = running_pid(&first, "vvvv").expect("v1 running");
+    let environ = std::fs::read(format!("/proc/{old}/environ")).expect("environ");
+    let fingerprint = sourced(SLEEPER_V1).pod.fingerprint();
+    assert!(
+        String::from_utf8_lossy(&environ).contains(&format!("{POD_FINGERPRINT_ENV}={fingerprint}")),
+        "the container carries its pod version's fingerprint"
+    );
+    // qosd dies before it saw the manifest change; the container keeps running.
+    std::mem::forget(first);
+    let container = "qosd/kubepods/burstable/podvvvv/c";
+    std::fs::write(d.join(container).join("cgroup.procs"), format!("{old}\n")).expect("procs");
+
+    let (mut second, _, _) = manager(d);
+    second.resume(vec![PodEvent::Added(sourced(SLEEPER_V2))]);
+    tick_until(&mut second, "the new version running", |m| {
+        running_pid(m, "vvvv").is_some_and(|pid| pid != old)
+    });
+    let new = running_pid(&second, "vvvv").expect("v2 running");
+    let cmdline = std::fs::read(format!("/proc/{new}/cmdline")).expect("cmdline");
+    assert!(String::from_utf8_lossy(&cmdline).contains("sleep 31"));
+    assert_eq!(read(d, "qosd/kubepods/burstable/podvvvv/cpu.weight"), "5");
+    // The earlier version got SIGTERM (sh exits on it): ended, a zombie of the forgotten
+    // manager at most.
+    let ended = || {
+        std::fs::read_to_string(format!("/proc/{old}/stat")).map_or(true, |s| s.contains(") Z "))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !ended() {
+        assert!(Instant::now() < deadline, "the earlier version still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    second.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn a_restart_with_the_same_manifest_adopts_the_running_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (mut first, _, _) = manager(d);
+    first.resume(vec![PodEvent::Added(sourced(SLEEPER_V1))]);
+    let old = running_pid(&first, "vvvv").expect("running");
+    std::mem::forget(first);
+    let container = "qosd/kubepods/burstable/podvvvv/c";
+    std::fs::write(d.join(container).join("cgroup.procs"), format!("{old}\n")).expect("procs");
+    let (mut second, _, _) = manager(d);
+    second.resume(vec![PodEvent::Added(sourced(SLEEPER_V1))]);
+    for _ in 0..10 {
+        second.tick();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        running_pid(&second, "vvvv"),
+        Some(old),
+        "adopted, not replaced"
+    );
+    second.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn an_intervention_left_by_a_killed_run_is_lifted_without_the_feedback() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    // An earlier qosd was killed while it held the BestEffort tier idle with a quota and a
+    // container's CFS burst; this kernel has both settings (their files exist in kubepods).
+    let besteffort = d.join("qosd/kubepods/besteffort");
+    std::fs::create_dir_all(&besteffort).expect("mkdir");
+    for file in ["cpu.max.burst", "cpu.idle"] {
+        std::fs::write(d.join("qosd/kubepods").join(file), "0").expect("write");
+    }
+    std::fs::write(besteffort.join("cpu.idle"), "1").expect("write");
+    std::fs::write(besteffort.join("cpu.max"), "9000 100000").expect("write");
+    let (mut m, _, _) = manager(d);
+    assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.idle"), "0");
+    // What was written (the kernel shows it as `max 100000`).
+    assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.max"), "max");
+    assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.weight"), "1");
+    m.handle(PodEvent::Added(sourced(LIMITED)));
+    let web = "qosd/kubepods/burstable/podwwww/c";
+    std::fs::write(d.join(web).join("cpu.max.burst"), "20000").expect("write");
+    m.reconcile();
+    assert_eq!(read(d, &format!("{web}/cpu.max.burst")), "0");
+    m.shutdown(Duration::from_secs(5));
+}
+
+/// A fixture backend in the fault layer, and the handle that adds refusals.
+fn faulty_backend(dir: &Path) -> (Writer, crate::cgroup::fault::Faults) {
+    let inner = CgroupfsBackend::new(
+        Hierarchies::V2(dir.to_owned()),
+        CgroupName::new(["qosd"]).expect("name"),
+        NameStyle::Cgroupfs,
+    );
+    let (writer, faults) = crate::cgroup::fault::FaultyWriter::new(Box::new(inner));
+    (Box::new(writer), faults)
+}
+
+fn write_errors(metrics: &CmMetrics, file: &str) -> u64 {
+    metrics.cgroup_write_errors.with_label_values(&[file]).get()
+}
+
+#[test]
+fn a_tier_setting_the_kernel_refuses_at_start_degrades_that_tier_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (cgroups, faults) = faulty_backend(d);
+    let burstable = CgroupName::new(["qosd", "kubepods", "burstable"]).expect("name");
+    faults.refuse(&burstable, crate::cgroup::Setting::CpuShares, libc::EINVAL);
+    let (mut m, metrics, _) =
+        manager_on(d, cgroups, default_resources(), Vec::new()).expect("a refusal is not fatal");
+    assert_eq!(write_errors(&metrics, "cpu.weight"), 1, "counted");
+    // Everything else is there: the BestEffort tier with its weight, and pods run.
+    assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.weight"), "1");
+    m.handle(PodEvent::Added(sourced(SLEEPER_V1)));
+    tick_until(&mut m, "the pod running", |m| {
+        running_pid(m, "vvvv").is_some()
+    });
+    // The kernel takes it again: the next reconcile writes it.
+    faults.clear();
+    m.reconcile();
+    assert_eq!(read(d, "qosd/kubepods/burstable/cpu.weight"), "4");
+    m.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn a_container_setting_the_kernel_refuses_is_counted_and_other_pods_are_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (cgroups, faults) = faulty_backend(d);
+    let web = CgroupName::new(["qosd", "kubepods", "burstable", "podwwww", "c"]).expect("name");
+    for (setting, errno) in [
+        (crate::cgroup::Setting::CpuQuota, libc::EBUSY),
+        (crate::cgroup::Setting::CpuShares, libc::ENOSPC),
+    ] {
+        faults.refuse(&web, setting, errno);
+    }
+    let (mut m, metrics, _) =
+        manager_on(d, cgroups, default_resources(), Vec::new()).expect("start");
+    m.handle(PodEvent::Added(sourced(SLEEPER_V1)));
+    m.handle(PodEvent::Added(sourced(LIMITED)));
+    tick_until(&mut m, "the other pod running", |m| {
+        running_pid(m, "vvvv").is_some()
+    });
+    let refused = write_errors(&metrics, "cpu.max") + write_errors(&metrics, "cpu.weight");
+    assert!(refused >= 1, "the refusal is counted");
+    assert_eq!(read(d, "qosd/kubepods/burstable/podvvvv/c/cpu.weight"), "4");
+    m.reconcile();
+    assert!(
+        write_errors(&metrics, "cpu.max") + write_errors(&metrics, "cpu.weight") > refused,
+        "reconcile tries again while the kernel refuses"
+    );
+    faults.clear();
+    m.reconcile();
+    assert_eq!(
+        read(d, "qosd/kubepods/burstable/podwwww/c/cpu.max"),
+        "20000 100000"
+    );
+    assert_eq!(read(d, "qosd/kubepods/burstable/podwwww/c/cpu.weight"), "4");
+    m.shutdown(Duration::from_secs(5));
 }

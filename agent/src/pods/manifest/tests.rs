@@ -112,6 +112,39 @@ fn yaml_syntax_error_reports_the_files_line() {
 }
 
 #[test]
+fn restart_policies_outside_kubernetes_values_get_its_message() {
+    let text = WEB.replace("spec:\n", "spec:\n  restartPolicy: Sometimes\n");
+    let msg = parse_manifest(&text, ManifestFormat::Yaml)[0]
+        .as_ref()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.starts_with(
+            "document 1: spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
+        ),
+        "{msg}"
+    );
+    let json = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"}, "spec": {"initContainers": [{"name": "s", "restartPolicy": "OnFailure"}], "containers": [{"name": "c"}]}}"#;
+    let msg = parse_manifest(json, ManifestFormat::Json)[0]
+        .as_ref()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains(
+            "spec.initContainers[0].restartPolicy: Unsupported value: \"OnFailure\": supported values: \"Always\""
+        ),
+        "{msg}"
+    );
+    for policy in ["Always", "OnFailure", "Never"] {
+        let text = WEB.replace("spec:\n", &format!("spec:\n  restartPolicy: {policy}\n"));
+        assert!(
+            parse_manifest(&text, ManifestFormat::Yaml)[0].is_ok(),
+            "{policy}"
+        );
+    }
+}
+
+#[test]
 fn field_errors_carry_the_path() {
     let text = WEB.replace("cpu: 1", "cpu: 5x");
     let results = parse_manifest(&text, ManifestFormat::Yaml);
