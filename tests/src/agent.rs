@@ -62,10 +62,7 @@ impl Agent {
         if let Some(keep) = keep {
             let keep: u64 = keep.iter().map(|cap| 1u64 << cap).sum();
             // Read before the fork: the child may only make system calls.
-            let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-                .ok()
-                .and_then(|t| t.trim().parse::<u32>().ok())
-                .ok_or("/proc/sys/kernel/cap_last_cap unreadable")?;
+            let last = last_capability()?;
             // SAFETY: the closure runs in the child between fork and exec and makes only
             // prctl(2) and capget/capset(2) system calls, which are async-signal-safe.
             unsafe {
@@ -203,6 +200,15 @@ pub(crate) fn standalone_args(
     ];
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     args
+}
+
+/// The highest capability number this kernel knows (`/proc/sys/kernel/cap_last_cap`).
+pub(crate) fn last_capability() -> Result<u32, String> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .map_err(|e| format!("/proc/sys/kernel/cap_last_cap: {e}"))?;
+    text.trim()
+        .parse()
+        .map_err(|e| format!("cap_last_cap {text:?}: {e}"))
 }
 
 /// In a child about to exec as uid 0: every capability up to `last` outside `keep` (a bit mask) dropped

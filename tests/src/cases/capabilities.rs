@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::agent::{Agent, samples};
+use crate::agent::{Agent, last_capability, samples};
 use crate::harness::{Context, Outcome, fail};
 
 /// `deploy/README.md`'s list (capability numbers of linux/capability.h).
@@ -150,15 +150,6 @@ fn own_bounding_set() -> Result<u64, String> {
         .find_map(|l| l.strip_prefix("CapBnd:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .ok_or_else(|| "no CapBnd in /proc/self/status".to_owned())
-}
-
-/// `/proc/sys/kernel/cap_last_cap`.
-fn last_capability() -> Result<u32, String> {
-    let text = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .map_err(|e| format!("/proc/sys/kernel/cap_last_cap: {e}"))?;
-    text.trim()
-        .parse()
-        .map_err(|e| format!("cap_last_cap {text:?}: {e}"))
 }
 
 /// Runs qosd (probes only) with exactly `keep` (`None`: unrestricted) until it serves; its

@@ -510,7 +510,7 @@ impl Storm<'_> {
         }
         let took = started.elapsed();
         // Containers whose manifest did not change must run the process they ran before.
-        let now = self.container_pids()?;
+        let now = self.container_pids(&self.tagged_processes())?;
         let mut restarted = Vec::new();
         for (index, (version, pid)) in &now {
             if let Some((before_version, before_pid)) = self.pids.get(index)
@@ -536,9 +536,12 @@ impl Storm<'_> {
         }
     }
 
-    /// Pool index -> (version, pid) of every present pod's container process.
-    fn container_pids(&self) -> Result<BTreeMap<usize, (u32, u32)>, String> {
-        let tagged = self.tagged_processes();
+    /// Pool index -> (version, pid) of every present pod's container process, judged against
+    /// `tagged` ([`Self::tagged_processes`]).
+    fn container_pids(
+        &self,
+        tagged: &BTreeMap<u32, String>,
+    ) -> Result<BTreeMap<usize, (u32, u32)>, String> {
         let mut pids = BTreeMap::new();
         for (&index, &version) in &self.present {
             let procs = read(
@@ -573,13 +576,14 @@ impl Storm<'_> {
         let mut problems = Vec::new();
         let before = agent.scrape()?;
         // Pods and containers: the manifests' and no others, each with one process.
-        let pids = match self.container_pids() {
+        // One scan of /proc serves both judgements.
+        let tagged = self.tagged_processes();
+        let pids = match self.container_pids(&tagged) {
             Ok(pids) => pids,
             Err(e) => return Ok(vec![e]),
         };
         let expected: BTreeSet<u32> = pids.values().map(|(_, pid)| *pid).collect();
-        let strays: Vec<(u32, String)> = self
-            .tagged_processes()
+        let strays: Vec<(u32, String)> = tagged
             .into_iter()
             .filter(|(pid, _)| !expected.contains(pid))
             .collect();
