@@ -38,6 +38,19 @@ pub fn report() -> String {
     let _ = writeln!(out, "BTF               {} ({VMLINUX_BTF})", features.btf);
     let _ = writeln!(out, "fentry            {}", features.fentry);
     let _ = writeln!(out, "kprobes           {}", features.kprobes);
+    match crate::probes::fault::active() {
+        Ok(faults) if faults.any() => {
+            let _ = writeln!(
+                out,
+                "test faults       {} set, never on a production node: {faults:?}",
+                crate::probes::fault::FAULTS_VAR
+            );
+        }
+        Ok(_) => {}
+        Err(e) => {
+            let _ = writeln!(out, "test faults       {e}");
+        }
+    }
     let _ = writeln!(out, "probes");
     let v1_cpu = layout
         .as_ref()

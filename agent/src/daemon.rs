@@ -79,6 +79,8 @@ pub enum DaemonError {
     Kubernetes(#[from] KubernetesError),
     #[error(transparent)]
     Server(#[from] ServerError),
+    #[error(transparent)]
+    Faults(#[from] crate::probes::fault::FaultError),
     #[error("installing the {signal} handler: {source}")]
     Signal {
         signal: &'static str,
@@ -156,6 +158,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         source,
     })?;
 
+    crate::probes::fault::warn_if_active()?;
     let layout = CgroupLayout::detect()?;
     let hierarchy = layout
         .cpu_hierarchy()
@@ -319,6 +322,9 @@ impl Wiring<'_> {
             }
         };
         let mut probe = probe;
+        if let Some(log) = probe.take_log() {
+            tokio::spawn(log.forward());
+        }
         if let Some((cpu_nodes, _)) = &self.placement {
             probe.set_cpu_nodes(cpu_nodes.clone());
         }
@@ -388,7 +394,10 @@ impl Wiring<'_> {
         match tokio::task::spawn_blocking(move || NumaProbe::attach(v1_cpu, prefer_raw, &nodes))
             .await
         {
-            Ok(Ok(probe)) => {
+            Ok(Ok(mut probe)) => {
+                if let Some(log) = probe.take_log() {
+                    tokio::spawn(log.forward());
+                }
                 let metrics = self.metrics;
                 metrics.set_probe_mode(numa_probe::HINT_FAULT_PROBE, probe.hint_fault_mode());
                 metrics.set_probe_mode(numa_probe::PAGE_ALLOC_PROBE, probe.page_alloc_mode());

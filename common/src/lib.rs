@@ -334,6 +334,25 @@ pub struct RunqStats {
     pub throttle_dropped: u64,
 }
 
+/// The kernel programs' rare-path diagnostics (see the eBPF crate's `diag`): each kind is
+/// logged at most once per CPU per [`DIAG_INTERVAL_NS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum DiagKind {
+    /// A kernel field could not be read.
+    ReadFailed = 0,
+    /// A map refused a new entry.
+    MapFull = 1,
+}
+
+impl DiagKind {
+    /// Number of kinds: the entries of the last-logged map.
+    pub const COUNT: u32 = 2;
+}
+
+/// Least time between two diagnostics of one kind on one CPU: 10 s.
+pub const DIAG_INTERVAL_NS: u64 = 10_000_000_000;
+
 /// Capacity of the per-(cgroup, bucket) histogram map.
 pub const MAX_HIST_ENTRIES: u32 = 32_768;
 /// Capacity of the preemption-pair map.
@@ -455,6 +474,10 @@ pub mod names {
     pub const CPU_TIME_SLOTS_MAP: &str = "CPU_NS_BY_SLOT";
     /// Per-CPU array with one [`super::ProbeStats`].
     pub const STATS_MAP: &str = "CPU_TIME_STATS";
+    /// Per-CPU array: [`super::DiagKind`] -> when this CPU last logged it (ns).
+    pub const DIAG_LAST_MAP: &str = "DIAG_LAST_NS";
+    /// aya-log's ring buffer of the kernel programs' diagnostics.
+    pub const LOG_MAP: &str = "AYA_LOGS";
     /// The sched_switch program (cpu time, run-queue waits and preemptions), BTF-typed raw
     /// tracepoint flavour. (Both names fit the kernel's 15 characters, so `bpftool prog`
     /// and the program's `fdinfo` show them whole.)

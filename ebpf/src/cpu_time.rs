@@ -8,9 +8,11 @@ use aya_ebpf::{
     macros::map,
     maps::{PerCpuArray, PerCpuHashMap},
 };
-use qosd_common::{KernelOffsets, MAX_CGROUPS, MAX_SLOTS, ProbeStats, RunningTask, is_fair_policy};
+use qosd_common::{
+    KernelOffsets, MAX_CGROUPS, MAX_SLOTS, ProbeStats, RunningTask, is_fair_policy, names,
+};
 
-use crate::{KernelRead, TaskCgroup, cgroup_and_slot, css_set_cgroup};
+use crate::{KernelRead, SWITCH, TaskCgroup, cgroup_and_slot, css_set_cgroup};
 
 /// cgroup id -> nanoseconds on CPU, one counter per CPU (no shared atomics on sched_switch),
 /// for cgroups without a counter slot.
@@ -76,10 +78,12 @@ pub(crate) fn charge_prev<R: KernelRead>(
     }
     let Ok(runtime) = R::read::<u64>(prev, off.task_sum_exec_runtime) else {
         stats.read_errors += 1;
+        crate::diag::read_failed(SWITCH, stats.read_errors);
         return PrevTask::UNKNOWN;
     };
     let Ok(cgroup) = cgroup_and_slot::<R>(prev, pid, running, off) else {
         stats.read_errors += 1;
+        crate::diag::read_failed(SWITCH, stats.read_errors);
         return PrevTask::UNKNOWN;
     };
     if runtime > running.start_runtime_ns && cgroup.cgroup_id != 0 {
@@ -108,6 +112,7 @@ fn charge_unchained<R: KernelRead>(
         R::read::<u64>(prev, off.task_cgroups),
     ) else {
         stats.read_errors += 1;
+        crate::diag::read_failed(SWITCH, stats.read_errors);
         return PrevTask::UNKNOWN;
     };
     if pid == 0 {
@@ -115,6 +120,7 @@ fn charge_unchained<R: KernelRead>(
     }
     let Ok(cgroup) = css_set_cgroup::<R>(css_set, off) else {
         stats.read_errors += 1;
+        crate::diag::read_failed(SWITCH, stats.read_errors);
         return PrevTask::UNKNOWN;
     };
     if !is_fair_policy(policy) {
@@ -140,5 +146,6 @@ fn add_cpu_ns(cgroup: TaskCgroup, delta: u64, stats: &mut ProbeStats) {
         .is_err()
     {
         stats.dropped += 1;
+        crate::diag::map_full(names::CPU_TIME_MAP);
     }
 }

@@ -19,6 +19,7 @@
 )]
 
 mod cpu_time;
+mod diag;
 mod numa;
 mod runq;
 mod slots;
@@ -31,6 +32,9 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use qosd_common::{KernelOffsets, NO_SLOT, RunningTask, cgroup_mode};
+
+/// The sched_switch handler's name in its diagnostics ([`diag`]).
+pub(crate) const SWITCH: &str = "sched_switch";
 
 /// Field offsets, written by user space before load (see `qosd::probes::btf`).
 #[unsafe(no_mangle)]
@@ -154,6 +158,7 @@ fn on_switch<R: KernelRead>(preempt: bool, prev: *const u8, next: *const u8) {
         }
         _ => {
             stats.read_errors += 1;
+            diag::read_failed(SWITCH, stats.read_errors);
             running.pid = 0;
             running.task = 0;
             runq.read_error();

@@ -23,7 +23,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, RawTracePointContext, TracePointContext},
 };
 use qosd_common::{
-    LocalityCounts, MAX_CGROUPS, MAX_CPUS, MAX_PFN_RANGES, NO_NODE, NumaConfig, NumaStats, PfnRange,
+    LocalityCounts, MAX_CGROUPS, MAX_CPUS, MAX_PFN_RANGES, NO_NODE, NumaConfig, NumaStats,
+    PfnRange, names,
 };
 
 use crate::{Direct, KernelRead, Probed, offsets, task_cgroup_id};
@@ -187,7 +188,13 @@ fn current_cgroup() -> Result<u64, ()> {
 
 /// Adds `n` to the local or remote counter of `cgroup`; true when the map refused a new entry.
 #[inline(always)]
-fn count(map: &PerCpuHashMap<u64, LocalityCounts>, cgroup: u64, local: bool, n: u64) -> bool {
+fn count(
+    map: &PerCpuHashMap<u64, LocalityCounts>,
+    name: &'static str,
+    cgroup: u64,
+    local: bool,
+    n: u64,
+) -> bool {
     if let Some(slot) = map.get_ptr_mut(cgroup) {
         // SAFETY: this CPU's slot of an existing element, written only by this CPU with
         // preemption disabled.
@@ -211,7 +218,11 @@ fn count(map: &PerCpuHashMap<u64, LocalityCounts>, cgroup: u64, local: bool, n: 
             remote: n,
         }
     };
-    map.insert(cgroup, value, BPF_ANY).is_err()
+    let full = map.insert(cgroup, value, BPF_ANY).is_err();
+    if full {
+        crate::diag::map_full(name);
+    }
+    full
 }
 
 #[inline(always)]
@@ -226,13 +237,22 @@ fn on_hint_fault(mem_node: i32) {
     let cpu_node = this_cpu_node();
     let (Ok(cgroup), Ok(mem_node)) = (current_cgroup(), u32::try_from(mem_node)) else {
         stats.hint_dropped += 1;
+        crate::diag::read_failed("numa hinting fault", stats.hint_dropped);
         return;
     };
     // Kernel threads take no hinting faults; the idle task (cgroup 0) never does.
     if cgroup == 0 {
         return;
     }
-    if cpu_node == NO_NODE || count(&NUMA_HINT_FAULTS, cgroup, mem_node == cpu_node, 1) {
+    if cpu_node == NO_NODE
+        || count(
+            &NUMA_HINT_FAULTS,
+            names::NUMA_HINT_FAULTS_MAP,
+            cgroup,
+            mem_node == cpu_node,
+            1,
+        )
+    {
         stats.hint_dropped += 1;
     }
 }
@@ -254,6 +274,7 @@ fn on_page_alloc(ctx: &TracePointContext) {
         ctx.read_at::<u32>(order_at)
     }) else {
         stats.alloc_dropped += 1;
+        crate::diag::read_failed("mm_page_alloc", stats.alloc_dropped);
         return;
     };
     // A failed allocation is traced with pfn -1 and allocates nothing.
@@ -264,6 +285,7 @@ fn on_page_alloc(ctx: &TracePointContext) {
     let (page_node, cpu_node) = (pfn_node(pfn), this_cpu_node());
     let Ok(cgroup) = current_cgroup() else {
         stats.alloc_dropped += 1;
+        crate::diag::read_failed("mm_page_alloc", stats.alloc_dropped);
         return;
     };
     if page_node == NO_NODE || cpu_node == NO_NODE {
@@ -271,7 +293,15 @@ fn on_page_alloc(ctx: &TracePointContext) {
         return;
     }
     // Allocations from the idle task (interrupts on an idle CPU) belong to no cgroup.
-    if cgroup != 0 && count(&NUMA_PAGE_ALLOCS, cgroup, page_node == cpu_node, pages) {
+    if cgroup != 0
+        && count(
+            &NUMA_PAGE_ALLOCS,
+            names::NUMA_PAGE_ALLOCS_MAP,
+            cgroup,
+            page_node == cpu_node,
+            pages,
+        )
+    {
         stats.alloc_dropped += 1;
     }
 }
@@ -290,6 +320,7 @@ fn on_migrate<R: KernelRead>(task: *const u8, dest_cpu: i32) {
         u32::try_from(dest_cpu),
     ) else {
         stats.migration_dropped += 1;
+        crate::diag::read_failed("task migration", stats.migration_dropped);
         return;
     };
     if from == to {
@@ -302,12 +333,19 @@ fn on_migrate<R: KernelRead>(task: *const u8, dest_cpu: i32) {
         Ok(id) => id,
         Err(()) => {
             stats.migration_dropped += 1;
+            crate::diag::read_failed("task migration", stats.migration_dropped);
             return;
         }
     };
     if from_node == NO_NODE
         || to_node == NO_NODE
-        || count(&NUMA_MIGRATIONS, cgroup, from_node == to_node, 1)
+        || count(
+            &NUMA_MIGRATIONS,
+            names::NUMA_MIGRATIONS_MAP,
+            cgroup,
+            from_node == to_node,
+            1,
+        )
     {
         stats.migration_dropped += 1;
     }

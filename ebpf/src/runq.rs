@@ -21,7 +21,7 @@ use aya_ebpf::{
 };
 use qosd_common::{
     HistBucket, HistKey, MAX_HIST_ENTRIES, MAX_PREEMPT_PAIRS, MAX_SLOTS, MAX_TASK_WAITS,
-    PreemptKey, PreemptValue, RunqSlot, RunqStats, SchedOffsets, TaskWait, log2_bucket,
+    PreemptKey, PreemptValue, RunqSlot, RunqStats, SchedOffsets, TaskWait, log2_bucket, names,
     task_wait_index,
 };
 
@@ -130,6 +130,7 @@ impl Switch {
     pub(crate) fn read_error(&mut self) {
         if let Some(stats) = self.stats.as_deref_mut() {
             stats.read_errors += 1;
+            crate::diag::read_failed(crate::SWITCH, stats.read_errors);
         }
     }
 
@@ -188,6 +189,7 @@ fn leaving<R: KernelRead>(
         state
     } else {
         stats.read_errors += 1;
+        crate::diag::read_failed(crate::SWITCH, stats.read_errors);
         return Leaving::NONE;
     };
     Leaving {
@@ -216,6 +218,7 @@ fn departed<R: KernelRead>(
         R::read::<u64>(prev, soff.task_pcount),
     ) else {
         stats.read_errors += 1;
+        crate::diag::read_failed(crate::SWITCH, stats.read_errors);
         return;
     };
     let Some(entry) = TASK_WAITS.get_ptr_mut(task_wait_index(leaving.pid)) else {
@@ -259,7 +262,7 @@ fn departed<R: KernelRead>(
     }
     if hist_add_slot(cgroup.slot, wait) {
         stats.waits += 1;
-    } else if hist_add(&RUNQ_HIST, cgroup.cgroup_id, wait) {
+    } else if hist_add(&RUNQ_HIST, names::RUNQ_HIST_MAP, cgroup.cgroup_id, wait) {
         stats.dropped += 1;
     } else {
         stats.waits += 1;
@@ -350,6 +353,7 @@ fn add_pair(
         .is_err()
     {
         stats.dropped += 1;
+        crate::diag::map_full(names::PREEMPT_MAP);
     }
 }
 
@@ -374,10 +378,11 @@ fn hist_add_slot(slot: u32, value_ns: u64) -> bool {
 }
 
 /// Records `value_ns` in `cgroup_id`'s histogram (one lookup: the bucket's count and sum);
-/// true when the map refused a new entry.
+/// true when the map (called `name`) refused a new entry.
 #[inline(always)]
 pub(crate) fn hist_add(
     map: &PerCpuHashMap<HistKey, HistBucket>,
+    name: &'static str,
     cgroup_id: u64,
     value_ns: u64,
 ) -> bool {
@@ -399,6 +404,10 @@ pub(crate) fn hist_add(
             count: 1,
             sum_ns: value_ns,
         };
-        map.insert(key, first, BPF_ANY).is_err()
+        let full = map.insert(key, first, BPF_ANY).is_err();
+        if full {
+            crate::diag::map_full(name);
+        }
+        full
     }
 }

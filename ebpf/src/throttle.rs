@@ -7,7 +7,7 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuHashMap},
     programs::{FEntryContext, FExitContext},
 };
-use qosd_common::{HistBucket, HistKey, MAX_HIST_ENTRIES, MAX_THROTTLED_CFS_RQS};
+use qosd_common::{HistBucket, HistKey, MAX_HIST_ENTRIES, MAX_THROTTLED_CFS_RQS, names};
 
 use crate::runq::{BPF_NOEXIST, hist_add, now_ns, sched_offsets, stats};
 use crate::{offsets, read_at};
@@ -48,6 +48,7 @@ pub fn throttle_cfs_rq_fexit(ctx: FExitContext) -> i32 {
         && let Some(stats) = stats()
     {
         stats.throttle_dropped += 1;
+        crate::diag::map_full(names::THROTTLED_MAP);
     }
     0
 }
@@ -75,10 +76,11 @@ pub fn unthrottle_cfs_rq_fentry(ctx: FEntryContext) -> i32 {
     }
     let Ok(cgroup) = cfs_rq_cgroup_id(cfs_rq) else {
         stats.read_errors += 1;
+        crate::diag::read_failed("unthrottle_cfs_rq", stats.read_errors);
         return 0;
     };
     let duration = now - start;
-    let dropped = hist_add(&THROTTLE_HIST, cgroup, duration);
+    let dropped = hist_add(&THROTTLE_HIST, names::THROTTLE_HIST_MAP, cgroup, duration);
     if dropped {
         stats.throttle_dropped += 1;
     } else {

@@ -32,7 +32,20 @@ impl Agent {
 
     /// Starts `qosd run EXTRA...` without waiting for it to serve.
     pub(crate) fn spawn_with(qosd: &Path, extra: &[String]) -> Result<Self, String> {
-        Self::spawn(qosd, extra, None)
+        Self::spawn(qosd, extra, &Launch::default())
+    }
+
+    /// Starts `qosd run EXTRA...` as `launch` says and waits up to `ready_within` for
+    /// `/healthz`.
+    pub(crate) fn start_launched(
+        qosd: &Path,
+        extra: &[String],
+        launch: &Launch<'_>,
+        ready_within: Duration,
+    ) -> Result<Self, String> {
+        let mut agent = Self::spawn(qosd, extra, launch)?;
+        agent.wait_ready(ready_within)?;
+        Ok(agent)
     }
 
     /// Starts `qosd run` (probes only) holding exactly the capabilities `keep` (`None`: all of
@@ -42,12 +55,14 @@ impl Agent {
         keep: Option<&[u32]>,
         ready_within: Duration,
     ) -> Result<Self, String> {
-        let mut agent = Self::spawn(qosd, &[], keep)?;
-        agent.wait_ready(ready_within)?;
-        Ok(agent)
+        let launch = Launch {
+            keep,
+            ..Launch::default()
+        };
+        Self::start_launched(qosd, &[], &launch, ready_within)
     }
 
-    fn spawn(qosd: &Path, extra: &[String], keep: Option<&[u32]>) -> Result<Self, String> {
+    fn spawn(qosd: &Path, extra: &[String], launch: &Launch<'_>) -> Result<Self, String> {
         let addr = free_port()?;
         let log = std::env::temp_dir().join(format!("qosd-systest-agent-{}.log", addr.port()));
         let log_file =
@@ -59,18 +74,7 @@ impl Agent {
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stderr(log_file);
-        if let Some(keep) = keep {
-            let keep: u64 = keep.iter().map(|cap| 1u64 << cap).sum();
-            // Read before the fork: the child may only make system calls.
-            let last = last_capability()?;
-            // SAFETY: the closure runs in the child between fork and exec and makes only
-            // prctl(2) and capget/capset(2) system calls, which are async-signal-safe.
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
-                    limit_capabilities(keep, last)
-                });
-            }
-        }
+        launch.configure(&mut command)?;
         let child = command
             .spawn()
             .map_err(|e| format!("starting {}: {e}", qosd.display()))?;
@@ -105,6 +109,11 @@ impl Agent {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Everything qosd logged so far.
+    pub(crate) fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The last lines qosd logged, for failure messages.
@@ -163,6 +172,126 @@ impl Drop for Agent {
         }
         let _ = std::fs::remove_file(&self.log);
     }
+}
+
+/// What a case changes about how qosd starts, beyond its arguments.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Launch<'a> {
+    /// Exactly these capabilities (`None`: all of root's).
+    pub keep: Option<&'a [u32]>,
+    /// Extra environment variables.
+    pub env: &'a [(&'a str, &'a str)],
+    /// What the kernel seems to lack, in a private mount namespace of qosd's own.
+    pub hidden: Hidden,
+}
+
+/// A part of the kernel's interface hidden from qosd: it runs in a mount namespace of its own
+/// (made between fork and exec, private so nothing propagates back to the host) where that
+/// part is covered or unmounted. The kernel itself is unchanged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Hidden {
+    #[default]
+    Nothing,
+    /// `/sys/kernel/btf` covered by an empty read-only tmpfs: a kernel built without BTF.
+    Btf,
+    /// tracefs unmounted at `/sys/kernel/tracing` and debugfs at `/sys/kernel/debug`: a host
+    /// that mounts neither at boot.
+    Tracefs,
+}
+
+impl Launch<'_> {
+    /// Applies the environment, and the namespace and capabilities between fork and exec.
+    fn configure(&self, command: &mut Command) -> Result<(), String> {
+        for (key, value) in self.env {
+            command.env(key, value);
+        }
+        if self.keep.is_none() && self.hidden == Hidden::Nothing {
+            return Ok(());
+        }
+        let keep: Option<u64> = self.keep.map(|k| k.iter().map(|cap| 1u64 << cap).sum());
+        // Read before the fork: the child may only make system calls.
+        let last = last_capability()?;
+        let hidden = self.hidden;
+        // SAFETY: the closure runs in the child between fork and exec and makes only
+        // unshare(2), mount(2), umount2(2), prctl(2) and capget/capset(2) system calls, which
+        // are async-signal-safe, on static strings; it allocates nothing.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(command, move || {
+                hide(hidden)?;
+                match keep {
+                    Some(keep) => limit_capabilities(keep, last),
+                    None => Ok(()),
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Makes `hidden` disappear for this process (between fork and exec).
+fn hide(hidden: Hidden) -> std::io::Result<()> {
+    let check = |rc: i32| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    if hidden == Hidden::Nothing {
+        return Ok(());
+    }
+    // SAFETY: unshare(2) and mount(2) with static NUL-terminated strings (or null where the
+    // call takes none); neither retains a pointer.
+    unsafe {
+        check(libc::unshare(libc::CLONE_NEWNS))?;
+        check(libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
+    }
+    match hidden {
+        Hidden::Nothing => Ok(()),
+        // SAFETY: as above.
+        Hidden::Btf => check(unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                c"/sys/kernel/btf".as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            )
+        }),
+        Hidden::Tracefs => {
+            for target in [
+                c"/sys/kernel/debug/tracing",
+                c"/sys/kernel/debug",
+                c"/sys/kernel/tracing",
+            ] {
+                // Not mounted there (EINVAL) or no such directory (ENOENT) is what is wanted.
+                // SAFETY: umount2(2) on a static path.
+                let _ = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Runs `qosd check` as `launch` says; its output (stdout and stderr).
+pub(crate) fn check_output(qosd: &Path, launch: &Launch<'_>) -> Result<String, String> {
+    let mut command = Command::new(qosd);
+    command.arg("check").stdin(Stdio::null());
+    launch.configure(&mut command)?;
+    let out = command
+        .output()
+        .map_err(|e| format!("running {} check: {e}", qosd.display()))?;
+    Ok(format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
 }
 
 /// A standalone case's inputs under `scratch`: an empty manifest directory and a

@@ -109,6 +109,29 @@ impl TestCgroups {
         }
     }
 
+    /// Kills workload `pid`, which must still be running: a sleeper that outlives the
+    /// measurement window ends here, and one that had already exited (its wake-up would have
+    /// fallen inside the window) is an error.
+    pub(crate) fn stop(&mut self, pid: u32) -> Result<(), String> {
+        let index = self
+            .children
+            .iter()
+            .position(|c| c.id() == pid)
+            .ok_or_else(|| format!("process {pid} is not a workload of this test"))?;
+        let mut child = self.children.remove(index);
+        let exited = child
+            .try_wait()
+            .map_err(|e| format!("checking workload {pid}: {e}"))?;
+        let _ = child.kill();
+        let _ = child.wait();
+        match exited {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "workload {pid} exited ({status}) before the measurement ended"
+            )),
+        }
+    }
+
     /// Creates the child cgroup `/<name>/<child>` in every hierarchy.
     pub(crate) fn mkdir(&mut self, child: &str) -> Result<(), String> {
         for root in self.roots.clone() {

@@ -2,6 +2,8 @@
 //! its maps into per-cgroup samples.
 //!
 //! - [`btf`]: struct offsets from the running kernel's BTF.
+//! - [`kernel_log`]: the kernel programs' rare-path diagnostics, read into qosd's log.
+//! - [`fault`]: kernel refusals and full maps on demand (`QOSD_TEST_FAULTS`), for the tests.
 //! - [`features`]: what the kernel offers (version, BTF, fentry, kprobes) for `qosd check`.
 //! - [`sched_switch`]: the one sched_switch handler both following probes count in.
 //! - [`cpu_time`]: on-CPU time per cgroup from sched_switch.
@@ -13,7 +15,9 @@
 pub mod batch;
 pub mod btf;
 pub mod cpu_time;
+pub mod fault;
 pub mod features;
+pub mod kernel_log;
 pub mod numa;
 pub mod runqlat;
 pub mod sched_switch;
@@ -93,13 +97,27 @@ const MAP_USERS: &[(&str, &[Loader])] = &[
     (names::NUMA_PAGE_ALLOCS_MAP, &[Loader::Numa]),
     (names::NUMA_MIGRATIONS_MAP, &[Loader::Numa]),
     (names::NUMA_STATS_MAP, &[Loader::Numa]),
+    (names::DIAG_LAST_MAP, &[Loader::SchedSwitch, Loader::Numa]),
+    (names::LOG_MAP, &[Loader::SchedSwitch, Loader::Numa]),
 ];
 
-/// Shrinks the maps `loader`'s probe never touches to one entry.
+/// Shrinks the maps `loader`'s probe never touches to one entry, and the diagnostics' ring
+/// buffer to [`kernel_log::RING_BYTES`].
 pub(crate) fn shrink_unused_maps(loader: &mut aya::EbpfLoader<'_>, user: Loader) {
+    loader.map_max_entries(names::LOG_MAP, kernel_log::RING_BYTES);
     for (map, users) in MAP_USERS {
         if !users.contains(&user) {
             loader.map_max_entries(map, 1);
+        }
+    }
+    if let Ok(faults) = fault::active() {
+        for (map, entries) in &faults.map_entries {
+            let used = MAP_USERS
+                .iter()
+                .any(|(name, users)| name == map && users.contains(&user));
+            if used {
+                loader.map_max_entries(map, *entries);
+            }
         }
     }
 }
@@ -159,5 +177,55 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         }
         source = cause.source();
     }
-    text
+    one_line(&text)
+}
+
+/// Lines of a verifier log kept in a reason: its last ones say why it refused.
+const VERIFIER_TAIL_LINES: usize = 8;
+
+/// Folds a multi-line message (aya's errors carry the verifier's whole log) into one line, so
+/// a log record stays one line: the first line, then the last [`VERIFIER_TAIL_LINES`], joined
+/// by ` | `.
+fn one_line(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    match lines.as_slice() {
+        [] => String::new(),
+        [first, rest @ ..] if rest.len() > VERIFIER_TAIL_LINES => {
+            let tail = &rest[rest.len() - VERIFIER_TAIL_LINES..];
+            format!(
+                "{first} | ({} lines left out) | {}",
+                rest.len() - VERIFIER_TAIL_LINES,
+                tail.join(" | ")
+            )
+        }
+        all => all.join(" | "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_verifier_log_becomes_one_line_with_its_last_lines() {
+        let short = "the BPF_PROG_LOAD syscall returned Permission denied. Verifier output: 0: R1=ctx()\n\
+                     0: (79) r9 = *(u64 *)(r1 +16)\nfunc 'sched_wakeup' doesn't have 4-th argument\n\
+                     invalid bpf_context access off=16 size=8\n\n";
+        assert_eq!(
+            one_line(short),
+            "the BPF_PROG_LOAD syscall returned Permission denied. Verifier output: 0: R1=ctx() | \
+             0: (79) r9 = *(u64 *)(r1 +16) | func 'sched_wakeup' doesn't have 4-th argument | \
+             invalid bpf_context access off=16 size=8"
+        );
+        let long: String = (0..20).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(
+            one_line(&long),
+            "line 0 | (11 lines left out) | line 12 | line 13 | line 14 | line 15 | line 16 | line 17 | line 18 | line 19"
+        );
+        assert_eq!(one_line("plain"), "plain");
+    }
 }

@@ -23,6 +23,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use qosd_common::{LocalityCounts, NumaConfig, NumaStats, names};
 
 use super::btf::{BtfError, KernelBtf};
+use super::kernel_log::KernelLogReader;
 use super::{AttachError, EBPF_OBJECT, ProbeMode, error_chain, program_as};
 use crate::numa::{NodeLayout, NodeLayoutError};
 
@@ -162,6 +163,8 @@ pub struct NumaProbe {
     migration_refused: Vec<(ProbeMode, AttachError)>,
     layout: NodeLayout,
     alloc_format: Option<PageAllocFormat>,
+    /// The programs' diagnostics, until the daemon takes them to forward.
+    log: Option<KernelLogReader>,
 }
 
 impl NumaProbe {
@@ -199,6 +202,7 @@ impl NumaProbe {
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .map_err(|e| NumaProbeError::Load(error_chain(&e)))?;
+        let log = KernelLogReader::take(&mut ebpf, "numa");
         let kernel_btf = Btf::from_sys_fs().map_err(AttachError::at("kernel BTF"));
 
         let hint_fault = match &kernel_btf {
@@ -273,7 +277,13 @@ impl NumaProbe {
             migration_refused,
             layout: layout.clone(),
             alloc_format: alloc_format.ok(),
+            log,
         })
+    }
+
+    /// The programs' diagnostics, to forward into qosd's log (once).
+    pub fn take_log(&mut self) -> Option<KernelLogReader> {
+        self.log.take()
     }
 
     /// Mode of the hinting-fault probe.

@@ -20,6 +20,7 @@ use qosd_common::{KernelOffsets, MAX_SLOTS, RunqSlot, SchedOffsets, names};
 
 use super::btf::{BtfError, KernelBtf};
 use super::cpu_time::CpuTimeError;
+use super::kernel_log::KernelLogReader;
 use super::runqlat::RunqlatError;
 use super::slots::{self, SlotError, SlotTable};
 use super::{AttachError, EBPF_OBJECT, ProbeMode, program_as, runqlat, throttle};
@@ -79,6 +80,8 @@ pub struct SwitchProbe {
     pub(super) host_pids: bool,
     /// The node of each CPU, to sum CPU time per NUMA node (two nodes or more).
     pub(super) cpu_nodes: Option<crate::numa::placement::CpuNodes>,
+    /// The programs' diagnostics, until the daemon takes them to forward.
+    log: Option<KernelLogReader>,
 }
 
 impl SwitchProbe {
@@ -136,6 +139,7 @@ impl SwitchProbe {
             for (m, why) in &refused {
                 tracing::info!(program = TRACEPOINT, mode = m.label(), reason = %why, "mode refused by the kernel");
             }
+            let log = KernelLogReader::take(&mut ebpf, "sched_switch");
             let host_pids = in_host_pid_namespace();
             if !host_pids {
                 tracing::info!(
@@ -151,6 +155,7 @@ impl SwitchProbe {
                 slots: SlotTable::new(MAX_SLOTS),
                 host_pids,
                 cpu_nodes: None,
+                log,
             });
         }
         let all = refused
@@ -159,6 +164,11 @@ impl SwitchProbe {
             .collect::<Vec<_>>()
             .join("; ");
         Err(SwitchError::NoMode(all))
+    }
+
+    /// The programs' diagnostics, to forward into qosd's log (once).
+    pub fn take_log(&mut self) -> Option<KernelLogReader> {
+        self.log.take()
     }
 
     /// The attach mode of the sched_switch handler: the cpu-time probe's mode.
@@ -276,9 +286,13 @@ fn load_and_attach(
     if *mode == ProbeMode::TpBtf {
         let btf = Btf::from_sys_fs().map_err(AttachError::at("kernel BTF"))?;
         let program: &mut BtfTracePoint = program_as(&mut ebpf, names::SWITCH_TP_BTF)?;
+        let target = super::fault::active()
+            .ok()
+            .and_then(|f| f.tp_btf_target.as_deref())
+            .unwrap_or(TRACEPOINT);
         program
-            .load(TRACEPOINT, &btf)
-            .map_err(AttachError::at(TRACEPOINT))?;
+            .load(target, &btf)
+            .map_err(AttachError::at(target))?;
         program.attach().map_err(AttachError::at(TRACEPOINT))?;
     } else {
         let program: &mut RawTracePoint = program_as(&mut ebpf, names::SWITCH_RAW_TP)?;

@@ -26,7 +26,7 @@ const LISTED: [(u32, &str); 6] = [
     (CAP_SYS_RESOURCE, "SYS_RESOURCE"),
 ];
 const CAP_DAC_READ_SEARCH: u32 = 2;
-const CAP_SYS_ADMIN: u32 = 21;
+pub(super) const CAP_SYS_ADMIN: u32 = 21;
 const CAP_SYS_NICE: u32 = 23;
 const CAP_SYS_RESOURCE: u32 = 24;
 const CAP_PERFMON: u32 = 38;
@@ -54,18 +54,8 @@ fn run(ctx: &Context) -> Result<String, String> {
     }
     // A capability outside this process's own bounding set cannot be given to qosd here (this
     // development machine's session lacks SYS_RESOURCE): it is left out of every run, named.
-    let bounding = own_bounding_set()?;
-    let unavailable: Vec<&str> = LISTED
-        .iter()
-        .filter(|(cap, _)| bounding & (1 << cap) == 0)
-        .map(|(_, name)| *name)
-        .collect();
+    let (listed, unavailable) = listed_here()?;
     let all = probe_modes(ctx, None)?.1;
-    let listed: Vec<u32> = LISTED
-        .iter()
-        .map(|(cap, _)| *cap)
-        .filter(|cap| bounding & (1 << cap) != 0)
-        .collect();
     let (effective, with_list, log) = probe_modes(ctx, Some(&listed))?;
     let want: u64 = listed.iter().map(|cap| 1u64 << cap).sum();
     if effective != want {
@@ -139,6 +129,23 @@ fn show(modes: &Modes) -> String {
         .map(|(probe, mode)| format!("{probe}={mode}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The listed capabilities this process can give (its bounding set has them), and the names
+/// of those it cannot.
+pub(super) fn listed_here() -> Result<(Vec<u32>, Vec<&'static str>), String> {
+    let bounding = own_bounding_set()?;
+    let unavailable = LISTED
+        .iter()
+        .filter(|(cap, _)| bounding & (1 << cap) == 0)
+        .map(|(_, name)| *name)
+        .collect();
+    let listed = LISTED
+        .iter()
+        .map(|(cap, _)| *cap)
+        .filter(|cap| bounding & (1 << cap) != 0)
+        .collect();
+    Ok((listed, unavailable))
 }
 
 /// This process's bounding set (`CapBnd` in `/proc/self/status`).

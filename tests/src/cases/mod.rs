@@ -12,6 +12,7 @@ pub(crate) mod numa_unpinned;
 pub(crate) mod pods;
 pub(crate) mod prometheus;
 pub(crate) mod runqlat;
+pub(crate) mod surprises;
 pub(crate) mod systemd;
 pub(crate) mod systemd_kubelet;
 pub(crate) mod throttle;
@@ -182,6 +183,10 @@ pub(crate) fn all() -> Vec<Case> {
         Case {
             name: "beside_kubelet_with_containerd",
             run: kubernetes::beside_kubelet,
+        },
+        Case {
+            name: "kernel_surprises_degrade_one_part",
+            run: surprises::kernel_surprises_degrade,
         },
         Case {
             name: "listed_capabilities_suffice_for_every_probe",

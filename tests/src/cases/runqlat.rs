@@ -11,6 +11,10 @@ use crate::workload::{last_allowed_cpu, pin, wait_asleep, wait_exec};
 const TOLERANCE: f64 = 0.20;
 /// How long the pinned workloads spin.
 const SPIN_SECONDS: &str = "5";
+/// The idle cgroup's sleeper sleeps well past the measurement and is killed after it: a
+/// sleeper that woke inside the window (start-up under emulation can take most of the
+/// spinners' 5 s) would preempt or be preempted like any task.
+const SLEEP_SECONDS: &str = "300";
 
 /// Two busy processes in one cgroup and a third in another, all pinned to one CPU: the crowded
 /// cgroup's wait histogram has a count and a sum, the sum agrees with the processes'
@@ -72,7 +76,7 @@ fn run_waits(ctx: &Context, mode: Option<&str>) -> Result<Option<String>, String
     let a1 = cgroups.spawn_in("crowded", &exe, &["spin", SPIN_SECONDS])?;
     let a2 = cgroups.spawn_in("crowded", &exe, &["spin", SPIN_SECONDS])?;
     let b = cgroups.spawn_in("other", &exe, &["spin", SPIN_SECONDS])?;
-    cgroups.spawn_in("idle", &exe, &["sleep", SPIN_SECONDS])?;
+    let sleeper = cgroups.spawn_in("idle", &exe, &["sleep", SLEEP_SECONDS])?;
     // Woken every few ms onto the crowded CPU: its waits start at wakeups, not preemptions.
     let napper = cgroups.spawn_in("napper", &exe, &["nap", "4", SPIN_SECONDS])?;
     let cpu = last_allowed_cpu()?;
@@ -89,6 +93,7 @@ fn run_waits(ctx: &Context, mode: Option<&str>) -> Result<Option<String>, String
     std::thread::sleep(Duration::from_secs(3));
     let after =
         Reading::take(&agent, &cgroups, &[a1, a2], napper)?.ok_or("schedstat vanished mid-test")?;
+    cgroups.stop(sleeper)?;
     cgroups.wait_all()?;
 
     let kernel = after.crowded_kernel - before.crowded_kernel;
@@ -137,7 +142,7 @@ fn run_pairs(ctx: &Context) -> Result<Option<String>, String> {
     let exe = ctx.self_exe.clone();
     let victim = cgroups.spawn_in("victim", &exe, &["spin", SPIN_SECONDS])?;
     let preemptor = cgroups.spawn_in("preemptor", &exe, &["spin", SPIN_SECONDS])?;
-    let sleeper = cgroups.spawn_in("idle", &exe, &["sleep", SPIN_SECONDS])?;
+    let sleeper = cgroups.spawn_in("idle", &exe, &["sleep", SLEEP_SECONDS])?;
     let cpu = last_allowed_cpu()?;
     for pid in [victim, preemptor] {
         // After the exec the shell has joined its cgroup: pinning earlier would be undone by
@@ -165,6 +170,7 @@ fn run_pairs(ctx: &Context) -> Result<Option<String>, String> {
         / 1e9;
     let after = scrape_pair(&agent, &cgroups, "victim", "preemptor")?;
     let text = agent.scrape()?;
+    cgroups.stop(sleeper)?;
     cgroups.wait_all()?;
 
     let count = after.0 - before.0;
