@@ -37,8 +37,9 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("btf", btf),
 ];
 
-/// Resource quantities (`resource.ParseQuantity`): what parses prints as text that parses to
-/// the same value; `Value()` and `MilliValue()` round up consistently; errors quote the text.
+/// Resource quantities (`resource.ParseQuantity`): what parses prints (in Kubernetes' canonical
+/// form) as text that parses to the same value and prints the same again; `Value()` and
+/// `MilliValue()` round up consistently; errors quote the text.
 pub fn quantity(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -50,6 +51,13 @@ pub fn quantity(data: &[u8]) {
                 panic!("{text:?} prints as {printed:?}, which does not parse: {e}")
             });
             assert_eq!(again, q, "{text:?} prints as {printed:?}, another value");
+            // The canonical form is a fixed point, as Kubernetes' String() is: parsing what it
+            // printed and printing again gives the same text.
+            assert_eq!(
+                again.to_string(),
+                printed,
+                "{text:?} prints as {printed:?}, which prints as another text"
+            );
             // Both round up: MilliValue() is within (Value() - 1) * 1000 exclusive and
             // Value() * 1000 inclusive, unless one of them saturated at the i64 range.
             let (value, milli) = (i128::from(q.value()), i128::from(q.milli_value()));

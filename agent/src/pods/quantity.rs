@@ -1,6 +1,10 @@
 //! Kubernetes resource quantities (`500m`, `1.5`, `1Gi`, `1e3`, `129M`), parsed the way
 //! apimachinery's `resource.ParseQuantity` accepts them and held exactly as a rational number,
-//! so `Value()` / `MilliValue()` round up like Kubernetes does.
+//! so `Value()` / `MilliValue()` round up like Kubernetes does. Each keeps the format its text
+//! was written in (`resource.Format`), and prints in Kubernetes' canonical form
+//! (`Quantity.String()`: `1024Mi` prints as `1Gi`, `1000M` as `1G`, `0.5Ki` as `512`), as the
+//! API server's and kubelet's messages do, so qosd's messages about requests, limits and
+//! reservations read like theirs.
 use std::fmt;
 
 /// Errors parsing a quantity; always carries the offending text.
@@ -16,13 +20,53 @@ pub enum QuantityError {
     OutOfRange(String),
 }
 
-/// An exact quantity: `numerator / 10^scale_down` where the suffix has been applied.
+/// An exact quantity, in nano units, with the format it is written back in.
 ///
-/// Ordering and equality are exact (`resource.Quantity.Cmp`): `1` == `1000m` and `0.5m` < `1m`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Ordering and equality are exact and ignore the format (`resource.Quantity.Cmp`):
+/// `1` == `1000m`, `1Ki` == `1024`, and `0.5m` < `1m`.
+#[derive(Clone, Copy, Debug)]
 pub struct Quantity {
     /// Value times 10^9 (nano units), which covers every decimal suffix down to `n`.
     nanos: i128,
+    format: Format,
+}
+
+/// How a quantity is written back (`resource.Format`): the kind of suffix it was parsed with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// No suffix or a decimal one (`m`, `k`, `M`, ...).
+    #[default]
+    DecimalSI,
+    /// A binary suffix (`Ki`, `Mi`, ...).
+    BinarySI,
+    /// An exponent (`1e3`, `5E-2`).
+    DecimalExponent,
+}
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Self) -> bool {
+        self.nanos == other.nanos
+    }
+}
+
+impl Eq for Quantity {}
+
+impl PartialOrd for Quantity {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Quantity {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.nanos.cmp(&other.nanos)
+    }
+}
+
+impl std::hash::Hash for Quantity {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.nanos.hash(state);
+    }
 }
 
 const NANO: i128 = 1_000_000_000;
@@ -70,6 +114,7 @@ impl Quantity {
             .map(|(dropped, fraction)| dropped - fraction)
             .ok_or_else(|| QuantityError::OutOfRange(text.to_owned()))?;
         let mut binary_shift = 0u32;
+        let mut format = Format::DecimalSI;
         match suffix {
             "" => {}
             "n" => exponent10 -= 9,
@@ -97,6 +142,7 @@ impl Quantity {
                 exponent10 = exponent10
                     .checked_add(exp)
                     .ok_or_else(|| QuantityError::OutOfRange(text.to_owned()))?;
+                format = Format::DecimalExponent;
             }
         }
         // nanos = mantissa * 2^binary_shift * 10^(exponent10 + 9), rounded up when precision is
@@ -105,6 +151,9 @@ impl Quantity {
         // exactly (`12E`), up to what 128 bits of nanos hold (about 1.7e29 units, far past any
         // resource), and beyond that an error.
         let binary = binary_shift > 0;
+        if binary {
+            format = Format::BinarySI;
+        }
         let shift = exponent10.saturating_add(9);
         let nanos = if shift >= 0 {
             match u32::try_from(shift)
@@ -120,36 +169,60 @@ impl Quantity {
             scale_down(mantissa.unsigned_abs(), binary_shift, shift.unsigned_abs())
         };
         let nanos = if binary { nanos.min(MAX_NANOS) } else { nanos };
+        // Less than one unit cannot be written with a binary suffix (ParseQuantity switches it
+        // to DecimalSI: `0.000000000001Ki` is `2n`).
+        if binary && nanos > 0 && nanos < NANO {
+            format = Format::DecimalSI;
+        }
         Ok(Self {
             nanos: if negative { -nanos } else { nanos },
+            format,
         })
     }
 
     /// Zero.
-    pub const ZERO: Self = Self { nanos: 0 };
+    pub const ZERO: Self = Self {
+        nanos: 0,
+        format: Format::DecimalSI,
+    };
 
-    /// The exact sum, saturating at the representable range (`resource.Quantity.Add`).
+    /// The exact sum, saturating at the representable range (`resource.Quantity.Add`: the
+    /// format is the receiver's, or the other's when the receiver is zero).
     #[must_use]
     pub fn saturating_add(self, other: Self) -> Self {
         Self {
             nanos: self.nanos.saturating_add(other.nanos),
+            format: if self.is_zero() {
+                other.format
+            } else {
+                self.format
+            },
         }
     }
 
-    /// A quantity of whole units.
+    /// A quantity of whole units (`resource.NewQuantity(units, DecimalSI)`).
     #[must_use]
     pub fn from_units(units: i64) -> Self {
         Self {
             nanos: i128::from(units) * NANO,
+            format: Format::DecimalSI,
         }
     }
 
-    /// A quantity of thousandths (`millicores`).
+    /// A quantity of thousandths, millicores for example
+    /// (`resource.NewMilliQuantity(millis, DecimalSI)`).
     #[must_use]
     pub fn from_millis(millis: i64) -> Self {
         Self {
             nanos: i128::from(millis) * 1_000_000,
+            format: Format::DecimalSI,
         }
+    }
+
+    /// The format it is written back in.
+    #[must_use]
+    pub fn format(&self) -> Format {
+        self.format
     }
 
     /// The value in whole units, rounded up (`resource.Quantity.Value()`).
@@ -177,15 +250,58 @@ impl Quantity {
     }
 }
 
+/// Kubernetes' canonical form (`Quantity.String()`, `CanonicalizeBytes`): zero is `0`; a
+/// binary quantity is a whole number times the largest power of 1024 that divides it (`1Gi`,
+/// `1536Mi`, `1025`), unless it is under 1024 in magnitude or not whole, which is written as
+/// decimal; a decimal one is its digits without trailing zeros times a power of ten that is a
+/// multiple of three, with that power's suffix (`n` to `E`; `e21` and beyond, which have no
+/// suffix); an exponent one the same with `e<power>`.
 impl fmt::Display for Quantity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.nanos % NANO == 0 {
-            write!(f, "{}", self.nanos / NANO)
-        } else if self.nanos % 1_000_000 == 0 {
-            write!(f, "{}m", self.nanos / 1_000_000)
-        } else {
-            write!(f, "{}n", self.nanos)
+        const BINARY_SUFFIXES: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+        if self.nanos == 0 {
+            return f.write_str("0");
         }
+        let sign = if self.nanos < 0 { "-" } else { "" };
+        let magnitude = self.nanos.unsigned_abs();
+        let nano = NANO.unsigned_abs();
+        let binary = self.format == Format::BinarySI
+            && magnitude >= 1024 * nano
+            && magnitude.is_multiple_of(nano);
+        if binary {
+            let (mut units, mut power) = (magnitude / nano, 0);
+            while units % 1024 == 0 && power + 1 < BINARY_SUFFIXES.len() {
+                units /= 1024;
+                power += 1;
+            }
+            return write!(f, "{sign}{units}{}", BINARY_SUFFIXES[power]);
+        }
+        // Removing the zeros and putting back at most two of them keeps it within `magnitude`.
+        let (mut digits, mut exponent) = (magnitude, -9i32);
+        while digits % 10 == 0 {
+            digits /= 10;
+            exponent += 1;
+        }
+        while exponent % 3 != 0 {
+            digits *= 10;
+            exponent -= 1;
+        }
+        let suffix = match (self.format, exponent) {
+            (Format::DecimalExponent, 0) => String::new(),
+            (Format::DecimalExponent, _) => format!("e{exponent}"),
+            (_, -9) => "n".into(),
+            (_, -6) => "u".into(),
+            (_, -3) => "m".into(),
+            (_, 0) => String::new(),
+            (_, 3) => "k".into(),
+            (_, 6) => "M".into(),
+            (_, 9) => "G".into(),
+            (_, 12) => "T".into(),
+            (_, 15) => "P".into(),
+            (_, 18) => "E".into(),
+            (_, beyond) => format!("e{beyond}"),
+        };
+        write!(f, "{sign}{digits}{suffix}")
     }
 }
 
@@ -245,7 +361,9 @@ fn scale_down(a: u128, binary_shift: u32, decimal_shift: u32) -> i128 {
     }
     let mut value = quotient + u128::from(remainder != 0);
     let mut rest = decimal_shift - first;
-    while rest > 0 && value > 0 {
+    // A positive value rounds up to at least 1, and 1 stays 1: stop there (an exponent of
+    // -2000000000 would otherwise take 50 million divisions; found by the fuzzer).
+    while rest > 0 && value > 1 {
         let step = rest.min(38);
         value = value.div_ceil(10u128.pow(step));
         rest -= step;
@@ -268,123 +386,252 @@ fn saturate(v: i128) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use super::Format::{BinarySI, DecimalExponent, DecimalSI};
     use super::*;
 
     /// apimachinery's `TestQuantityParse` table (k8s.io/apimachinery, pkg/api/resource/
     /// quantity_test.go, master of 2026): the text, and the exact value its `decQuantity(m, e)`
     /// names, m * 10^e, rounded up to nanos as ParseQuantity does. Each row is also parsed with
-    /// `-` and `+` in front, as that test does. The two rows that saturate at `maxAllowed` (a
-    /// cap ParseQuantity applies to binary suffixes only) follow, and then its invalid strings. The test's format column (`DecimalSI`, `BinarySI`,
-    /// `DecimalExponent`) has no counterpart here: qosd never writes a quantity back, so it keeps
-    /// the value and not the spelling (its `Display` is for logs: `1500m`, `2`).
-    const APIMACHINERY_PARSE: &[(&str, i128, i32)] = &[
-        ("0", 0, 0),
-        ("0n", 0, 0),
-        ("0u", 0, 0),
-        ("0m", 0, 0),
-        ("0Ki", 0, 0),
-        ("0k", 0, 0),
-        ("0Mi", 0, 0),
-        ("0M", 0, 0),
-        ("0Gi", 0, 0),
-        ("0G", 0, 0),
-        ("0Ti", 0, 0),
-        ("0T", 0, 0),
-        ("1", 1, 0),
-        ("1Ki", 1024, 0),
-        ("8Ki", 8 * 1024, 0),
-        ("7Mi", 7 << 20, 0),
-        ("6Gi", 6 << 30, 0),
-        ("5Ti", 5 << 40, 0),
-        ("4Pi", 4 << 50, 0),
-        ("3Ei", 3 << 60, 0),
-        ("10Ti", 10 << 40, 0),
-        ("100Ti", 100 << 40, 0),
-        ("5n", 5, -9),
-        ("4u", 4, -6),
-        ("3m", 3, -3),
-        ("9", 9, 0),
-        ("8k", 8, 3),
-        ("50k", 5, 4),
-        ("7M", 7, 6),
-        ("6G", 6, 9),
-        ("5T", 5, 12),
-        ("40T", 4, 13),
-        ("300T", 3, 14),
-        ("2P", 2, 15),
-        ("1E", 1, 18),
-        ("1E-3", 1, -3),
-        ("1e3", 1, 3),
-        ("1E6", 1, 6),
-        ("1e9", 1, 9),
-        ("1E12", 1, 12),
-        ("1e15", 1, 15),
-        ("1E18", 1, 18),
-        ("1e14", 1, 14),
-        ("1e13", 1, 13),
-        ("100.035k", 100_035, 0),
-        ("0.001", 1, -3),
-        ("0.0005k", 5, -1),
-        ("0.005", 5, -3),
-        ("0.05", 5, -2),
-        ("0.5", 5, -1),
-        ("0.00050k", 5, -1),
-        ("0.00500", 5, -3),
-        ("0.05000", 5, -2),
-        ("0.50000", 5, -1),
-        ("0.5e0", 5, -1),
-        ("0.5e-1", 5, -2),
-        ("0.5e-2", 5, -3),
-        ("10.035M", 10035, 3),
-        ("1.2e3", 12, 2),
-        ("1.3E+6", 13, 5),
-        ("1.40e9", 14, 8),
-        ("1.53E12", 153, 10),
-        ("1.6e15", 16, 14),
-        ("1.7E18", 17, 17),
-        ("9.01", 901, -2),
-        ("8.1k", 81, 2),
-        ("7.123456M", 7_123_456, 0),
-        ("6.987654321G", 6_987_654_321, 0),
-        ("5.444T", 5444, 9),
-        ("40.1T", 401, 11),
-        ("300.2T", 3002, 11),
-        ("2.5P", 25, 14),
-        ("1.01E", 101, 16),
-        ("3.001n", 4, -9),
-        ("1.1E-9", 2, -9),
-        ("0.0000000001", 1, -9),
-        ("0.0000000005", 1, -9),
-        ("0.00000000050", 1, -9),
-        ("0.5e-9", 1, -9),
-        ("0.9n", 1, -9),
-        ("0.00000012345", 124, -9),
-        ("0.00000012354", 124, -9),
-        ("12E", 12, 18),
-        ("100.035Ki", 10_243_584, -2),
-        ("0.5Mi", 524_288, 0),
-        ("0.05Gi", 536_870_912, -1),
-        ("0.025Ti", 274_877_906_944, -1),
-        ("0.000000000001Ki", 2, -9),
-        (".001", 1, -3),
-        (".0001k", 100, -3),
-        ("1.", 1, 0),
-        ("1.G", 1, 9),
+    /// `-` and `+` in front, as that test does, and the format it expects. The two rows that
+    /// saturate at `maxAllowed` (a cap ParseQuantity applies to binary suffixes only) follow,
+    /// and then its invalid strings.
+    const APIMACHINERY_PARSE: &[(&str, i128, i32, Format)] = &[
+        ("0", 0, 0, DecimalSI),
+        ("0n", 0, 0, DecimalSI),
+        ("0u", 0, 0, DecimalSI),
+        ("0m", 0, 0, DecimalSI),
+        ("0Ki", 0, 0, BinarySI),
+        ("0k", 0, 0, DecimalSI),
+        ("0Mi", 0, 0, BinarySI),
+        ("0M", 0, 0, DecimalSI),
+        ("0Gi", 0, 0, BinarySI),
+        ("0G", 0, 0, DecimalSI),
+        ("0Ti", 0, 0, BinarySI),
+        ("0T", 0, 0, DecimalSI),
+        ("1", 1, 0, DecimalSI),
+        ("1Ki", 1024, 0, BinarySI),
+        ("8Ki", 8 * 1024, 0, BinarySI),
+        ("7Mi", 7 << 20, 0, BinarySI),
+        ("6Gi", 6 << 30, 0, BinarySI),
+        ("5Ti", 5 << 40, 0, BinarySI),
+        ("4Pi", 4 << 50, 0, BinarySI),
+        ("3Ei", 3 << 60, 0, BinarySI),
+        ("10Ti", 10 << 40, 0, BinarySI),
+        ("100Ti", 100 << 40, 0, BinarySI),
+        ("5n", 5, -9, DecimalSI),
+        ("4u", 4, -6, DecimalSI),
+        ("3m", 3, -3, DecimalSI),
+        ("9", 9, 0, DecimalSI),
+        ("8k", 8, 3, DecimalSI),
+        ("50k", 5, 4, DecimalSI),
+        ("7M", 7, 6, DecimalSI),
+        ("6G", 6, 9, DecimalSI),
+        ("5T", 5, 12, DecimalSI),
+        ("40T", 4, 13, DecimalSI),
+        ("300T", 3, 14, DecimalSI),
+        ("2P", 2, 15, DecimalSI),
+        ("1E", 1, 18, DecimalSI),
+        ("1E-3", 1, -3, DecimalExponent),
+        ("1e3", 1, 3, DecimalExponent),
+        ("1E6", 1, 6, DecimalExponent),
+        ("1e9", 1, 9, DecimalExponent),
+        ("1E12", 1, 12, DecimalExponent),
+        ("1e15", 1, 15, DecimalExponent),
+        ("1E18", 1, 18, DecimalExponent),
+        ("1e14", 1, 14, DecimalExponent),
+        ("1e13", 1, 13, DecimalExponent),
+        ("100.035k", 100_035, 0, DecimalSI),
+        ("0.001", 1, -3, DecimalSI),
+        ("0.0005k", 5, -1, DecimalSI),
+        ("0.005", 5, -3, DecimalSI),
+        ("0.05", 5, -2, DecimalSI),
+        ("0.5", 5, -1, DecimalSI),
+        ("0.00050k", 5, -1, DecimalSI),
+        ("0.00500", 5, -3, DecimalSI),
+        ("0.05000", 5, -2, DecimalSI),
+        ("0.50000", 5, -1, DecimalSI),
+        ("0.5e0", 5, -1, DecimalExponent),
+        ("0.5e-1", 5, -2, DecimalExponent),
+        ("0.5e-2", 5, -3, DecimalExponent),
+        ("10.035M", 10035, 3, DecimalSI),
+        ("1.2e3", 12, 2, DecimalExponent),
+        ("1.3E+6", 13, 5, DecimalExponent),
+        ("1.40e9", 14, 8, DecimalExponent),
+        ("1.53E12", 153, 10, DecimalExponent),
+        ("1.6e15", 16, 14, DecimalExponent),
+        ("1.7E18", 17, 17, DecimalExponent),
+        ("9.01", 901, -2, DecimalSI),
+        ("8.1k", 81, 2, DecimalSI),
+        ("7.123456M", 7_123_456, 0, DecimalSI),
+        ("6.987654321G", 6_987_654_321, 0, DecimalSI),
+        ("5.444T", 5444, 9, DecimalSI),
+        ("40.1T", 401, 11, DecimalSI),
+        ("300.2T", 3002, 11, DecimalSI),
+        ("2.5P", 25, 14, DecimalSI),
+        ("1.01E", 101, 16, DecimalSI),
+        ("3.001n", 4, -9, DecimalSI),
+        ("1.1E-9", 2, -9, DecimalExponent),
+        ("0.0000000001", 1, -9, DecimalSI),
+        ("0.0000000005", 1, -9, DecimalSI),
+        ("0.00000000050", 1, -9, DecimalSI),
+        ("0.5e-9", 1, -9, DecimalExponent),
+        ("0.9n", 1, -9, DecimalSI),
+        ("0.00000012345", 124, -9, DecimalSI),
+        ("0.00000012354", 124, -9, DecimalSI),
+        ("12E", 12, 18, DecimalSI),
+        ("100.035Ki", 10_243_584, -2, BinarySI),
+        ("0.5Mi", 524_288, 0, BinarySI),
+        ("0.05Gi", 536_870_912, -1, BinarySI),
+        ("0.025Ti", 274_877_906_944, -1, BinarySI),
+        ("0.000000000001Ki", 2, -9, DecimalSI),
+        (".001", 1, -3, DecimalSI),
+        (".0001k", 100, -3, DecimalSI),
+        ("1.", 1, 0, DecimalSI),
+        ("1.G", 1, 9, DecimalSI),
     ];
+
+    /// apimachinery's `TestQuantityString` table (same file): `decQuantity(m, e, format)`, the
+    /// canonical text Kubernetes prints for it, and an alternate spelling that parses to the
+    /// same canonical text ("" where the table has none).
+    const APIMACHINERY_STRING: &[(i128, i32, Format, &str, &str)] = &[
+        (1024 * 1024 * 1024, 0, BinarySI, "1Gi", "1024Mi"),
+        (300 * 1024 * 1024, 0, BinarySI, "300Mi", "307200Ki"),
+        (6 * 1024, 0, BinarySI, "6Ki", ""),
+        (
+            1001 * 1024 * 1024 * 1024,
+            0,
+            BinarySI,
+            "1001Gi",
+            "1025024Mi",
+        ),
+        (1024 * 1024 * 1024 * 1024, 0, BinarySI, "1Ti", "1024Gi"),
+        (5, 0, BinarySI, "5", "5000m"),
+        (500, -3, BinarySI, "500m", "0.5"),
+        (1, 9, DecimalSI, "1G", "1000M"),
+        (1000, 6, DecimalSI, "1G", "0.001T"),
+        (1_000_000, 3, DecimalSI, "1G", ""),
+        (1_000_000_000, 0, DecimalSI, "1G", ""),
+        (1, -3, DecimalSI, "1m", "1000u"),
+        (80, -3, DecimalSI, "80m", ""),
+        (1080, -3, DecimalSI, "1080m", "1.08"),
+        (108, -2, DecimalSI, "1080m", "1080000000n"),
+        (10800, -4, DecimalSI, "1080m", ""),
+        (300, 6, DecimalSI, "300M", ""),
+        (1, 12, DecimalSI, "1T", ""),
+        (1, 18, DecimalSI, "1E", ""),
+        (1, 21, DecimalSI, "1e21", "1000E"),
+        (5, 21, DecimalSI, "5e21", "5000E"),
+        (1, 24, DecimalSI, "1e24", "1000000E"),
+        (1_234_567, 6, DecimalSI, "1234567M", ""),
+        (1_234_567, -3, BinarySI, "1234567m", ""),
+        (3, 3, DecimalSI, "3k", ""),
+        (1025, 0, BinarySI, "1025", ""),
+        (0, 0, DecimalSI, "0", ""),
+        (0, 0, BinarySI, "0", ""),
+        (1, 9, DecimalExponent, "1e9", ".001e12"),
+        (1, -3, DecimalExponent, "1e-3", "0.001e0"),
+        (1, -9, DecimalExponent, "1e-9", "1000e-12"),
+        (80, -3, DecimalExponent, "80e-3", ""),
+        (300, 6, DecimalExponent, "300e6", ""),
+        (1, 12, DecimalExponent, "1e12", ""),
+        (1, 3, DecimalExponent, "1e3", ""),
+        (3, 3, DecimalExponent, "3e3", ""),
+        (3, 3, DecimalSI, "3k", ""),
+        (0, 0, DecimalExponent, "0", "00"),
+        (1, -9, DecimalSI, "1n", ""),
+        (80, -9, DecimalSI, "80n", ""),
+        (1080, -9, DecimalSI, "1080n", ""),
+        (108, -8, DecimalSI, "1080n", ""),
+        (10800, -10, DecimalSI, "1080n", ""),
+        (1, -6, DecimalSI, "1u", ""),
+        (80, -6, DecimalSI, "80u", ""),
+        (1080, -6, DecimalSI, "1080u", ""),
+    ];
+
+    /// apimachinery's `TestQuantityParseEmit` table (same file): text in, canonical text out.
+    const APIMACHINERY_PARSE_EMIT: &[(&str, &str)] = &[
+        ("1Ki", "1Ki"),
+        ("1Mi", "1Mi"),
+        ("1Gi", "1Gi"),
+        ("1024Mi", "1Gi"),
+        ("1000M", "1G"),
+        (".001Ki", "1024m"),
+        (".000001Ki", "1024u"),
+        (".000000001Ki", "1024n"),
+        (".000000000001Ki", "2n"),
+    ];
+
+    /// `m * 10^e` in nanos (exact for the tables' rows).
+    fn nanos_of(mantissa: i128, exponent: i32) -> i128 {
+        let shift = exponent + 9;
+        if shift >= 0 {
+            mantissa * 10i128.pow(shift.unsigned_abs())
+        } else {
+            mantissa / 10i128.pow(shift.unsigned_abs())
+        }
+    }
+
+    #[test]
+    fn canonical_text_matches_apimachinerys_string_table() {
+        for &(mantissa, exponent, format, canonical, alternate) in APIMACHINERY_STRING {
+            let q = Quantity {
+                nanos: nanos_of(mantissa, exponent),
+                format,
+            };
+            assert_eq!(q.to_string(), canonical, "{mantissa}e{exponent} {format:?}");
+            let negative = Quantity {
+                nanos: -q.nanos,
+                format,
+            };
+            if !q.is_zero() {
+                assert_eq!(negative.to_string(), format!("-{canonical}"));
+            }
+            let reparsed = Quantity::parse(canonical).expect(canonical);
+            assert_eq!(reparsed, q, "{canonical} parses to another value");
+            assert_eq!(
+                reparsed.to_string(),
+                canonical,
+                "{canonical} is not a fixed point"
+            );
+            if !alternate.is_empty() {
+                let other = Quantity::parse(alternate).expect(alternate);
+                assert_eq!(other.to_string(), canonical, "alternate {alternate}");
+            }
+        }
+    }
+
+    #[test]
+    fn parse_then_emit_matches_apimachinerys_table() {
+        for &(text, canonical) in APIMACHINERY_PARSE_EMIT {
+            let q = Quantity::parse(text).expect(text);
+            assert_eq!(q.to_string(), canonical, "{text}");
+            let negative = Quantity::parse(&format!("-{text}")).expect(text);
+            assert_eq!(negative.to_string(), format!("-{canonical}"), "-{text}");
+        }
+        // TestMilliNewSet and TestNewSet, the DecimalSI rows.
+        for (millis, canonical) in [(1, "1m"), (1000, "1"), (1_234_000, "1234")] {
+            assert_eq!(Quantity::from_millis(millis).to_string(), canonical);
+        }
+        for (units, canonical) in [(1, "1"), (1000, "1k"), (1_234_000, "1234k")] {
+            assert_eq!(Quantity::from_units(units).to_string(), canonical);
+        }
+        // TestQuantityAddZeroPreservesSuffix: zero plus a quantity keeps its format.
+        for text in ["100m", "1Gi"] {
+            let q = Quantity::parse(text).expect(text);
+            assert_eq!(q.saturating_add(Quantity::ZERO).to_string(), text);
+            assert_eq!(Quantity::ZERO.saturating_add(q).to_string(), text);
+        }
+    }
 
     #[test]
     fn parse_matches_apimachinerys_table_signs_saturation_and_invalid_strings() {
-        for &(text, mantissa, exponent) in APIMACHINERY_PARSE {
-            let shift = exponent + 9;
-            let nanos = if shift >= 0 {
-                mantissa * 10i128.pow(shift.unsigned_abs())
-            } else {
-                mantissa / 10i128.pow(shift.unsigned_abs())
-            };
+        for &(text, mantissa, exponent, format) in APIMACHINERY_PARSE {
+            let nanos = nanos_of(mantissa, exponent);
             for (sign, want) in [("", nanos), ("-", -nanos), ("+", nanos)] {
                 let input = format!("{sign}{text}");
                 let got = Quantity::parse(&input).unwrap_or_else(|e| panic!("{input}: {e}"));
                 assert_eq!(got.nanos, want, "{input}");
+                assert_eq!(got.format, format, "{input}");
             }
         }
         for text in ["9Ei", "9223372036854775807Ki"] {
@@ -407,6 +654,28 @@ mod tests {
         for text in [" 1", "1 "] {
             assert_eq!(Quantity::parse(text).map(|q| q.nanos), Ok(NANO), "{text:?}");
         }
+    }
+
+    #[test]
+    fn a_huge_negative_exponent_rounds_up_to_a_nano_at_once() {
+        // Found by the fuzzer: each further power of ten was a division, 50 million of them.
+        let started = std::time::Instant::now();
+        for text in [
+            "1e-2000000000",
+            "-7.5e-2147483000",
+            "3Ei",
+            "0.1e-2147483600",
+        ] {
+            let q = Quantity::parse(text).expect(text);
+            assert!(q.nanos.abs() <= MAX_NANOS, "{text}");
+        }
+        assert_eq!(Quantity::parse("1e-2000000000").map(|q| q.nanos), Ok(1));
+        assert_eq!(Quantity::parse("-7.5e-2147483000").map(|q| q.nanos), Ok(-1));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "took {:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

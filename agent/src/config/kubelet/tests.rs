@@ -397,7 +397,7 @@ fn malformed_values_name_file_field_and_reason() {
         (field.as_str(), reason.as_str()),
         (
             "kubeReserved.memory",
-            "resource quantity cannot be negative: -1073741824"
+            "resource quantity cannot be negative: -1Gi"
         )
     );
 
