@@ -201,7 +201,7 @@ pub(crate) enum Hidden {
 
 impl Launch<'_> {
     /// Applies the environment, and the namespace and capabilities between fork and exec.
-    fn configure(&self, command: &mut Command) -> Result<(), String> {
+    pub(crate) fn configure(&self, command: &mut Command) -> Result<(), String> {
         for (key, value) in self.env {
             command.env(key, value);
         }

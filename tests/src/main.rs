@@ -13,6 +13,11 @@
 //! milliseconds and works about as long again, in a loop (a task woken over and over);
 //! `qosd-systests pulse WORK_MS PERIOD_MS SECS` uses WORK_MS of CPU time at the start of
 //! every PERIOD_MS (spikes above a CFS quota that the average stays below).
+//!
+//! Two probes of privilege run with chosen capabilities by the capability case:
+//! `qosd-systests migrate-pages PID` asks the kernel to move process PID's pages to node 0
+//! through qosd's own `numa::migrate::move_pages_to`; `qosd-systests read-file PATH` reads a
+//! file. Each prints `ok` or the error, and exits non-zero on an error.
 mod agent;
 mod cases;
 mod cgroup_fixture;
@@ -33,6 +38,8 @@ fn main() -> ExitCode {
         Some("memory") => return memory_workload(&args),
         Some("nap") => return nap_workload(&args),
         Some("pulse") => return pulse_workload(&args),
+        Some("migrate-pages") => return migrate_pages_probe(&args),
+        Some("read-file") => return read_file_probe(&args),
         _ => {}
     }
     let Ok(self_exe) = std::env::current_exe() else {
@@ -68,6 +75,42 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// `migrate-pages PID`: qosd's page migration of PID onto node 0.
+fn migrate_pages_probe(args: &[String]) -> ExitCode {
+    let Some(pid) = args.get(1).and_then(|p| p.parse::<u32>().ok()) else {
+        eprintln!("usage: qosd-systests migrate-pages PID");
+        return ExitCode::FAILURE;
+    };
+    match qosd::numa::migrate::move_pages_to(pid, 0, &std::collections::BTreeSet::from([0])) {
+        Ok(left) => {
+            println!("ok ({left} pages not moved)");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `read-file PATH`: reads PATH.
+fn read_file_probe(args: &[String]) -> ExitCode {
+    let Some(path) = args.get(1) else {
+        eprintln!("usage: qosd-systests read-file PATH");
+        return ExitCode::FAILURE;
+    };
+    match std::fs::read(path) {
+        Ok(_) => {
+            println!("ok");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("{path}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

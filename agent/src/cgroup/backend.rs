@@ -364,6 +364,111 @@ pub trait CgroupReader: Send + Sync {
     }
 }
 
+/// Implements [`CgroupReader`] for a wrapper around another backend (field `$inner`) by
+/// forwarding every method, the provided ones too, so the wrapped backend's own answers (the
+/// systemd backend's scope for a container) are kept. The wrappers (the settings-only writer,
+/// the tests' fault layer) differ only in what they write.
+macro_rules! forward_cgroup_reader {
+    ($wrapper:ty, $inner:ident) => {
+        impl $crate::cgroup::backend::CgroupReader for $wrapper {
+            fn version(&self) -> $crate::cgroup::files::CgroupVersion {
+                self.$inner.version()
+            }
+            fn root(&self) -> &$crate::cgroup::name::CgroupName {
+                self.$inner.root()
+            }
+            fn name(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+            ) -> Result<String, $crate::cgroup::backend::CgroupError> {
+                self.$inner.name(name)
+            }
+            fn cgroup_name(
+                &self,
+                path: &str,
+            ) -> Result<$crate::cgroup::name::CgroupName, $crate::cgroup::backend::CgroupError>
+            {
+                self.$inner.cgroup_name(path)
+            }
+            fn paths(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+            ) -> Result<
+                std::collections::BTreeMap<$crate::cgroup::files::Controller, std::path::PathBuf>,
+                $crate::cgroup::backend::CgroupError,
+            > {
+                self.$inner.paths(name)
+            }
+            fn exists(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+            ) -> Result<bool, $crate::cgroup::backend::CgroupError> {
+                self.$inner.exists(name)
+            }
+            fn children(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+            ) -> Result<Vec<$crate::cgroup::name::CgroupName>, $crate::cgroup::backend::CgroupError>
+            {
+                self.$inner.children(name)
+            }
+            fn id(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+            ) -> Result<Option<u64>, $crate::cgroup::backend::CgroupError> {
+                self.$inner.id(name)
+            }
+            fn setting(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+                setting: $crate::cgroup::files::Setting,
+            ) -> Result<Option<(&'static str, String)>, $crate::cgroup::backend::CgroupError> {
+                self.$inner.setting(name, setting)
+            }
+            fn pids(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+            ) -> Result<Vec<u32>, $crate::cgroup::backend::CgroupError> {
+                self.$inner.pids(name)
+            }
+            fn compare(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+                config: &$crate::cgroup::resources::ResourceConfig,
+            ) -> Result<
+                Vec<$crate::cgroup::backend::Difference>,
+                $crate::cgroup::backend::CgroupError,
+            > {
+                self.$inner.compare(name, config)
+            }
+            fn stats_of(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+                wanted: $crate::cgroup::backend::StatKinds,
+            ) -> Result<$crate::cgroup::backend::CgroupStats, $crate::cgroup::backend::CgroupError>
+            {
+                self.$inner.stats_of(name, wanted)
+            }
+            fn container(
+                &self,
+                pod: &$crate::cgroup::name::CgroupName,
+                container: &str,
+            ) -> Result<$crate::cgroup::name::CgroupName, $crate::cgroup::backend::CgroupError>
+            {
+                self.$inner.container(pod, container)
+            }
+            fn stats(
+                &self,
+                name: &$crate::cgroup::name::CgroupName,
+            ) -> Result<$crate::cgroup::backend::CgroupStats, $crate::cgroup::backend::CgroupError>
+            {
+                self.$inner.stats(name)
+            }
+        }
+    };
+}
+pub(crate) use forward_cgroup_reader;
+
 /// Opens the way into a cgroup for a process about to start: the one write capability the
 /// runtime gets (from the container manager, at each start), so it never builds a cgroup path.
 pub trait CgroupJoiner {

@@ -4,16 +4,14 @@
 //! anything of that call is written. Faults are added and cleared while the backend is in use
 //! (the test keeps the [`Faults`] handle), so a test can show a refusal handled and then the
 //! next write succeeding.
-use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::backend::{
-    CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
-    DestroyReport, Difference, StatKinds, UpdateReport,
+    CgroupError, CgroupJoin, CgroupJoiner, CgroupWriter, CreateReport, DestroyReport, UpdateReport,
 };
-use super::files::{CgroupVersion, Controller, Setting, file_spec};
+use super::files::{CgroupVersion, Setting, file_spec};
 use super::name::CgroupName;
 use super::resources::ResourceConfig;
 
@@ -105,55 +103,7 @@ impl FaultyWriter {
     }
 }
 
-impl CgroupReader for FaultyWriter {
-    fn version(&self) -> CgroupVersion {
-        self.inner.version()
-    }
-    fn root(&self) -> &CgroupName {
-        self.inner.root()
-    }
-    fn name(&self, name: &CgroupName) -> Result<String, CgroupError> {
-        self.inner.name(name)
-    }
-    fn cgroup_name(&self, path: &str) -> Result<CgroupName, CgroupError> {
-        self.inner.cgroup_name(path)
-    }
-    fn paths(&self, name: &CgroupName) -> Result<BTreeMap<Controller, PathBuf>, CgroupError> {
-        self.inner.paths(name)
-    }
-    fn exists(&self, name: &CgroupName) -> Result<bool, CgroupError> {
-        self.inner.exists(name)
-    }
-    fn children(&self, name: &CgroupName) -> Result<Vec<CgroupName>, CgroupError> {
-        self.inner.children(name)
-    }
-    fn id(&self, name: &CgroupName) -> Result<Option<u64>, CgroupError> {
-        self.inner.id(name)
-    }
-    fn setting(
-        &self,
-        name: &CgroupName,
-        setting: Setting,
-    ) -> Result<Option<(&'static str, String)>, CgroupError> {
-        self.inner.setting(name, setting)
-    }
-    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
-        self.inner.pids(name)
-    }
-    fn compare(
-        &self,
-        name: &CgroupName,
-        config: &ResourceConfig,
-    ) -> Result<Vec<Difference>, CgroupError> {
-        self.inner.compare(name, config)
-    }
-    fn stats_of(&self, name: &CgroupName, wanted: StatKinds) -> Result<CgroupStats, CgroupError> {
-        self.inner.stats_of(name, wanted)
-    }
-    fn container(&self, pod: &CgroupName, container: &str) -> Result<CgroupName, CgroupError> {
-        self.inner.container(pod, container)
-    }
-}
+super::backend::forward_cgroup_reader!(FaultyWriter, inner);
 
 impl CgroupJoiner for FaultyWriter {
     fn join(&self, name: &CgroupName) -> Result<CgroupJoin, CgroupError> {

@@ -5,14 +5,12 @@
 //! (creating, removing, moving or killing, any other setting or cgroup) with
 //! [`CgroupError::NotPermitted`], so that "never correct kubelet's own values" holds by
 //! construction, not by care.
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::backend::{
-    CgroupError, CgroupJoin, CgroupJoiner, CgroupReader, CgroupStats, CgroupWriter, CreateReport,
-    DestroyReport, Difference, StatKinds, UpdateReport,
+    CgroupError, CgroupJoin, CgroupJoiner, CgroupWriter, CreateReport, DestroyReport, UpdateReport,
 };
-use super::files::{CgroupVersion, Controller, Setting};
+use super::files::Setting;
 use super::name::CgroupName;
 use super::resources::ResourceConfig;
 
@@ -47,63 +45,7 @@ impl SettingsOnlyWriter {
     }
 }
 
-impl CgroupReader for SettingsOnlyWriter {
-    fn version(&self) -> CgroupVersion {
-        self.inner.version()
-    }
-
-    fn root(&self) -> &CgroupName {
-        self.inner.root()
-    }
-
-    fn name(&self, name: &CgroupName) -> Result<String, CgroupError> {
-        self.inner.name(name)
-    }
-
-    fn cgroup_name(&self, path: &str) -> Result<CgroupName, CgroupError> {
-        self.inner.cgroup_name(path)
-    }
-
-    fn paths(&self, name: &CgroupName) -> Result<BTreeMap<Controller, PathBuf>, CgroupError> {
-        self.inner.paths(name)
-    }
-
-    fn exists(&self, name: &CgroupName) -> Result<bool, CgroupError> {
-        self.inner.exists(name)
-    }
-
-    fn children(&self, name: &CgroupName) -> Result<Vec<CgroupName>, CgroupError> {
-        self.inner.children(name)
-    }
-
-    fn id(&self, name: &CgroupName) -> Result<Option<u64>, CgroupError> {
-        self.inner.id(name)
-    }
-
-    fn setting(
-        &self,
-        name: &CgroupName,
-        setting: Setting,
-    ) -> Result<Option<(&'static str, String)>, CgroupError> {
-        self.inner.setting(name, setting)
-    }
-
-    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
-        self.inner.pids(name)
-    }
-
-    fn compare(
-        &self,
-        name: &CgroupName,
-        config: &ResourceConfig,
-    ) -> Result<Vec<Difference>, CgroupError> {
-        self.inner.compare(name, config)
-    }
-
-    fn stats_of(&self, name: &CgroupName, wanted: StatKinds) -> Result<CgroupStats, CgroupError> {
-        self.inner.stats_of(name, wanted)
-    }
-}
+super::backend::forward_cgroup_reader!(SettingsOnlyWriter, inner);
 
 impl CgroupJoiner for SettingsOnlyWriter {
     fn join(&self, name: &CgroupName) -> Result<CgroupJoin, CgroupError> {
@@ -153,6 +95,8 @@ impl CgroupWriter for SettingsOnlyWriter {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::cgroup::NameStyle;
     use crate::cgroup::cgroupfs::{CgroupfsBackend, Hierarchies};

@@ -5,11 +5,19 @@
 //! complete). Then each listed capability is taken away alone and what the probes lose is
 //! reported. `CAP_SYS_ADMIN` also grants what `bpf(2)` and `perf_event_open(2)` ask of `BPF`
 //! and `PERFMON`, so those two are shown needed by taking each away together with `SYS_ADMIN`:
-//! a probe must lose its mode. `SYS_ADMIN` itself (mounting tracefs where the host has not, BPF
-//! on kernels before 5.8), `SYS_NICE` (`migrate_pages(2)` of the feedback) and
-//! `DAC_READ_SEARCH` (kubelet's checkpoints) serve what a probes-only run does not exercise;
-//! `SYS_RESOURCE` raises `RLIMIT_MEMLOCK` for the maps on kernels before 5.11. The result says
-//! what each one's absence changed here.
+//! a probe must lose its mode. `SYS_ADMIN` itself mounts tracefs where the host has not (the
+//! kernel-surprises case shows it) and serves BPF on kernels before 5.8; `SYS_RESOURCE` raises
+//! `RLIMIT_MEMLOCK` for the maps on kernels before 5.11. The result says what each one's absence
+//! changed here.
+//!
+//! What a probes-only run does not exercise is measured with helper processes holding exactly
+//! the list ([`privileged_paths`]): kubelet's checkpoints (root's files, mode 0600, in a 0700
+//! directory) are read without any DAC capability, and qosd's page migration of a pod's process
+//! of another user is refused with the list and allowed with `SYS_PTRACE` added (the kernel
+//! applies ptrace's access rule to `migrate_pages(2)`), not with `SYS_NICE` (needed only to
+//! move pages outside the task's cpuset, which qosd never does: it narrows `cpuset.mems`
+//! first). The DaemonSet runs the feedback in dry-run and so lists neither; `--feedback on`
+//! needs `SYS_PTRACE` added on kernels that do not move pages on a `cpuset.mems` write.
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -17,16 +25,15 @@ use crate::agent::{Agent, last_capability, samples};
 use crate::harness::{Context, Outcome, fail};
 
 /// `deploy/README.md`'s list (capability numbers of linux/capability.h).
-const LISTED: [(u32, &str); 6] = [
+const LISTED: [(u32, &str); 4] = [
     (CAP_BPF, "BPF"),
     (CAP_PERFMON, "PERFMON"),
     (CAP_SYS_ADMIN, "SYS_ADMIN"),
-    (CAP_SYS_NICE, "SYS_NICE"),
-    (CAP_DAC_READ_SEARCH, "DAC_READ_SEARCH"),
     (CAP_SYS_RESOURCE, "SYS_RESOURCE"),
 ];
 const CAP_DAC_READ_SEARCH: u32 = 2;
 pub(super) const CAP_SYS_ADMIN: u32 = 21;
+const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_NICE: u32 = 23;
 const CAP_SYS_RESOURCE: u32 = 24;
 const CAP_PERFMON: u32 = 38;
@@ -55,6 +62,7 @@ fn run(ctx: &Context) -> Result<String, String> {
     // A capability outside this process's own bounding set cannot be given to qosd here (this
     // development machine's session lacks SYS_RESOURCE): it is left out of every run, named.
     let (listed, unavailable) = listed_here()?;
+    let privileged = privileged_paths(ctx, &listed)?;
     let all = probe_modes(ctx, None)?.1;
     let (effective, with_list, log) = probe_modes(ctx, Some(&listed))?;
     let want: u64 = listed.iter().map(|cap| 1u64 << cap).sum();
@@ -108,7 +116,8 @@ fn run(ctx: &Context) -> Result<String, String> {
         let lost = lost_without(&[cap, CAP_SYS_ADMIN])?;
         if lost.is_empty() {
             return Err(format!(
-                "without {name} and SYS_ADMIN every probe kept its mode: {name} is not needed here"
+                "without {name} and SYS_ADMIN every probe kept its mode ({}): {name} is not needed here",
+                show(&with_list)
             ));
         }
         report.push(format!(
@@ -117,7 +126,7 @@ fn run(ctx: &Context) -> Result<String, String> {
         ));
     }
     Ok(format!(
-        "CapEff {want:#x} (the list): the same probe modes as unrestricted ({}); {}",
+        "CapEff {want:#x} (the list): the same probe modes as unrestricted ({}); {}; {privileged}",
         show(&with_list),
         report.join("; ")
     ))
@@ -129,6 +138,100 @@ fn show(modes: &Modes) -> String {
         .map(|(probe, mode)| format!("{probe}={mode}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// What the probes do not exercise, measured with helper processes (this binary's
+/// `read-file` and `migrate-pages`) holding exactly the capabilities given: reading kubelet's
+/// checkpoints (a root-owned 0600 file in a 0700 directory) and a file of another owner, and
+/// qosd's page migration (`numa::migrate::move_pages_to`, the feedback's `numa_align`) of a
+/// process of another user (uid 65534, as pods' processes usually are).
+fn privileged_paths(ctx: &Context, listed: &[u32]) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    let with = |add: &[u32]| -> Vec<u32> { listed.iter().chain(add).copied().collect() };
+    let allowed = |keep: &[u32], args: &[&str]| -> Result<(bool, String), String> {
+        let mut command = std::process::Command::new(&ctx.self_exe);
+        command.args(args);
+        crate::agent::Launch {
+            keep: Some(keep),
+            ..crate::agent::Launch::default()
+        }
+        .configure(&mut command)?;
+        let out = command.output().map_err(|e| format!("{args:?}: {e}"))?;
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        ))
+    };
+
+    // kubelet's checkpoints: root's files in root's 0700 directory.
+    let dir = std::env::temp_dir().join(format!("qosd-systest-kubelet-{}", std::process::id()));
+    let _cleanup = crate::pod_tree::TempPaths(vec![dir.clone()]);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let set_mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    };
+    set_mode(&dir, 0o700)?;
+    let checkpoint = dir.join("cpu_manager_state");
+    std::fs::write(&checkpoint, "{}").map_err(|e| format!("{}: {e}", checkpoint.display()))?;
+    set_mode(&checkpoint, 0o600)?;
+    let checkpoint_text = checkpoint.display().to_string();
+    let (read, why) = allowed(listed, &["read-file", &checkpoint_text])?;
+    if !read {
+        return Err(format!(
+            "with the list, a root-owned 0600 checkpoint in a 0700 directory is unreadable: {why}"
+        ));
+    }
+    // A file of another owner: what DAC_READ_SEARCH would add, and the list does not need.
+    let foreign = std::env::temp_dir().join(format!("qosd-systest-foreign-{}", std::process::id()));
+    let _cleanup_foreign = crate::pod_tree::TempPaths(vec![foreign.clone()]);
+    std::fs::write(&foreign, "x").map_err(|e| format!("{}: {e}", foreign.display()))?;
+    set_mode(&foreign, 0o600)?;
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534))
+        .map_err(|e| format!("chown {}: {e}", foreign.display()))?;
+    let foreign_text = foreign.display().to_string();
+    let (foreign_read, _) = allowed(listed, &["read-file", &foreign_text])?;
+    let (foreign_with_dac, why) =
+        allowed(&with(&[CAP_DAC_READ_SEARCH]), &["read-file", &foreign_text])?;
+    if foreign_read || !foreign_with_dac {
+        return Err(format!(
+            "another owner's 0600 file: read with the list {foreign_read}, with DAC_READ_SEARCH added {foreign_with_dac} ({why}); want false, true: the capability limits did not hold"
+        ));
+    }
+
+    // Page migration of another user's process.
+    let mut sleeper = std::process::Command::new(&ctx.self_exe);
+    sleeper.args(["sleep", "120"]).uid(65534).gid(65534);
+    let target = KillOnDrop(
+        sleeper
+            .spawn()
+            .map_err(|e| format!("starting a uid 65534 sleeper: {e}"))?,
+    );
+    crate::workload::wait_exec(target.0.id())?;
+    let pid = target.0.id().to_string();
+    let migrate = |keep: &[u32]| allowed(keep, &["migrate-pages", &pid]);
+    let (with_list, refusal) = migrate(listed)?;
+    let (with_nice, _) = migrate(&with(&[CAP_SYS_NICE]))?;
+    let (with_ptrace, why) = migrate(&with(&[CAP_SYS_PTRACE]))?;
+    if with_list || with_nice || !with_ptrace {
+        return Err(format!(
+            "migrate_pages of a uid 65534 process: with the list {with_list} ({refusal}), with SYS_NICE added {with_nice}, with SYS_PTRACE added {with_ptrace} ({why}); want false, false, true"
+        ));
+    }
+    Ok(format!(
+        "kubelet's checkpoint (root, 0600, in a 0700 directory) read with the list, no DAC capability needed (another owner's file needs DAC_READ_SEARCH); migrate_pages of a uid 65534 process refused with the list ({refusal}) and with SYS_NICE added, done with SYS_PTRACE added ({why})"
+    ))
+}
+
+/// A child killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The listed capabilities this process can give (its bounding set has them), and the names
