@@ -48,20 +48,6 @@ impl Agent {
         Ok(agent)
     }
 
-    /// Starts `qosd run` (probes only) holding exactly the capabilities `keep` (`None`: all of
-    /// root's) and waits up to `ready_within` for `/healthz`.
-    pub(crate) fn start_limited(
-        qosd: &Path,
-        keep: Option<&[u32]>,
-        ready_within: Duration,
-    ) -> Result<Self, String> {
-        let launch = Launch {
-            keep,
-            ..Launch::default()
-        };
-        Self::start_launched(qosd, &[], &launch, ready_within)
-    }
-
     fn spawn(qosd: &Path, extra: &[String], launch: &Launch<'_>) -> Result<Self, String> {
         let addr = free_port()?;
         let log = std::env::temp_dir().join(format!("qosd-systest-agent-{}.log", addr.port()));
@@ -183,6 +169,8 @@ pub(crate) struct Launch<'a> {
     pub env: &'a [(&'a str, &'a str)],
     /// What the kernel seems to lack, in a private mount namespace of qosd's own.
     pub hidden: Hidden,
+    /// Runs as this uid (and gid) instead of root, keeping `keep` as ambient capabilities.
+    pub uid: Option<u32>,
 }
 
 /// A part of the kernel's interface hidden from qosd: it runs in a mount namespace of its own
@@ -205,21 +193,25 @@ impl Launch<'_> {
         for (key, value) in self.env {
             command.env(key, value);
         }
-        if self.keep.is_none() && self.hidden == Hidden::Nothing {
+        if self.keep.is_none() && self.hidden == Hidden::Nothing && self.uid.is_none() {
             return Ok(());
         }
         let keep: Option<u64> = self.keep.map(|k| k.iter().map(|cap| 1u64 << cap).sum());
         // Read before the fork: the child may only make system calls.
         let last = last_capability()?;
-        let hidden = self.hidden;
+        let (hidden, uid) = (self.hidden, self.uid);
         // SAFETY: the closure runs in the child between fork and exec and makes only
-        // unshare(2), mount(2), umount2(2), prctl(2) and capget/capset(2) system calls, which
-        // are async-signal-safe, on static strings; it allocates nothing.
+        // unshare(2), mount(2), umount2(2), prctl(2), setgroups/setgid/setuid(2) and
+        // capget/capset(2) system calls, which are async-signal-safe, on static strings; it
+        // allocates nothing.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(command, move || {
                 hide(hidden)?;
-                match keep {
-                    Some(keep) => limit_capabilities(keep, last),
+                if let Some(keep) = keep {
+                    limit_capabilities(keep, last)?;
+                }
+                match uid {
+                    Some(uid) => become_user(uid, keep.unwrap_or(0), last),
                     None => Ok(()),
                 }
             });
@@ -340,23 +332,29 @@ pub(crate) fn last_capability() -> Result<u32, String> {
         .map_err(|e| format!("cap_last_cap {text:?}: {e}"))
 }
 
+/// capget(2)/capset(2)'s header (`struct __user_cap_header_struct`).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+/// One 32-bit word of each set (`struct __user_cap_data_struct`); version 3 takes two.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets in two words.
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
 /// In a child about to exec as uid 0: every capability up to `last` outside `keep` (a bit mask) dropped
 /// from the bounding set, and the inheritable and ambient sets cleared, so the exec gives the
 /// program exactly `keep` (a root exec gets its bounding set, plus its inheritable one).
 fn limit_capabilities(keep: u64, last: u32) -> std::io::Result<()> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const VERSION_3: u32 = 0x2008_0522;
     for cap in 0..=last.min(63) {
         if keep & (1 << cap) == 0 {
             // SAFETY: prctl(PR_CAPBSET_DROP, cap) takes an integer and changes only this
@@ -380,11 +378,11 @@ fn limit_capabilities(keep: u64, last: u32) -> std::io::Result<()> {
     {
         return Err(std::io::Error::last_os_error());
     }
-    let mut header = Header {
-        version: VERSION_3,
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
         pid: 0,
     };
-    let mut data = [Data::default(); 2];
+    let mut data = [CapData::default(); 2];
     // SAFETY: capget fills the two Data words for the version-3 header given; both live on
     // this stack frame.
     if unsafe { libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()) } != 0 {
@@ -395,6 +393,66 @@ fn limit_capabilities(keep: u64, last: u32) -> std::io::Result<()> {
     }
     // SAFETY: capset with the same header and the sets just read, inheritable cleared (a
     // process may always lower its inheritable set).
+    if unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Becomes `uid` (and the group of the same number, no supplementary groups) keeping exactly
+/// `keep` across the exec: a process that is not root gets no capabilities from an exec of a
+/// plain file except its ambient set, so `keep` is raised there (it must be permitted and
+/// inheritable first). Between fork and exec.
+fn become_user(uid: u32, keep: u64, last: u32) -> std::io::Result<()> {
+    let check = |rc: libc::c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    // SAFETY: prctl, setgroups, setgid and setuid with integer arguments (and a null group
+    // list of length 0) change only this process.
+    unsafe {
+        check(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0))?;
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setgid(uid))?;
+        check(libc::setuid(uid))?;
+    }
+    set_capabilities(keep)?;
+    for cap in (0..=last.min(63)).filter(|cap| keep & (1 << cap) != 0) {
+        // SAFETY: prctl(PR_CAP_AMBIENT_RAISE, cap) takes integers; the cap is permitted and
+        // inheritable (set above).
+        check(unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE,
+                libc::c_ulong::from(cap),
+                0,
+                0,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Sets this process's effective, permitted and inheritable sets to `caps`.
+fn set_capabilities(caps: u64) -> std::io::Result<()> {
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the two 32-bit halves of the set"
+    )]
+    let words = [caps as u32, (caps >> 32) as u32];
+    let data = words.map(|word| CapData {
+        effective: word,
+        permitted: word,
+        inheritable: word,
+    });
+    // SAFETY: capset with a version-3 header and its two Data words, on this stack frame.
     if unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) } != 0 {
         return Err(std::io::Error::last_os_error());
     }

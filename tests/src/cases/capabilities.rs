@@ -21,7 +21,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::agent::{Agent, last_capability, samples};
+use crate::agent::{Agent, Launch, last_capability, samples};
 use crate::harness::{Context, Outcome, fail};
 
 /// `deploy/README.md`'s list (capability numbers of linux/capability.h).
@@ -63,6 +63,7 @@ fn run(ctx: &Context) -> Result<String, String> {
     // development machine's session lacks SYS_RESOURCE): it is left out of every run, named.
     let (listed, unavailable) = listed_here()?;
     let privileged = privileged_paths(ctx, &listed)?;
+    let non_root = as_another_user(ctx, &listed)?;
     let all = probe_modes(ctx, None)?.1;
     let (effective, with_list, log) = probe_modes(ctx, Some(&listed))?;
     let want: u64 = listed.iter().map(|cap| 1u64 << cap).sum();
@@ -126,7 +127,7 @@ fn run(ctx: &Context) -> Result<String, String> {
         ));
     }
     Ok(format!(
-        "CapEff {want:#x} (the list): the same probe modes as unrestricted ({}); {}; {privileged}",
+        "CapEff {want:#x} (the list): the same probe modes as unrestricted ({}); {}; {privileged}; {non_root}",
         show(&with_list),
         report.join("; ")
     ))
@@ -152,9 +153,9 @@ fn privileged_paths(ctx: &Context, listed: &[u32]) -> Result<String, String> {
     let allowed = |keep: &[u32], args: &[&str]| -> Result<(bool, String), String> {
         let mut command = std::process::Command::new(&ctx.self_exe);
         command.args(args);
-        crate::agent::Launch {
+        Launch {
             keep: Some(keep),
-            ..crate::agent::Launch::default()
+            ..Launch::default()
         }
         .configure(&mut command)?;
         let out = command.output().map_err(|e| format!("{args:?}: {e}"))?;
@@ -224,6 +225,55 @@ fn privileged_paths(ctx: &Context, listed: &[u32]) -> Result<String, String> {
     ))
 }
 
+/// qosd as uid 65534 instead of root, with the list as its ambient capabilities, against the
+/// probes of root with the list: what a non-root DaemonSet would lose, and whether adding
+/// `DAC_READ_SEARCH` gives it back (the DaemonSet runs as uid 0 with no DAC capability).
+fn as_another_user(ctx: &Context, listed: &[u32]) -> Result<String, String> {
+    let want: u64 = listed.iter().map(|cap| 1u64 << cap).sum();
+    let (_, as_root, _) = probe_modes(ctx, Some(listed))?;
+    let launch = Launch {
+        keep: Some(listed),
+        uid: Some(65534),
+        ..Launch::default()
+    };
+    let (effective, modes, log) = probe_modes_launched(ctx, &launch)?;
+    if effective != want {
+        return Err(format!(
+            "qosd as uid 65534 ran with CapEff {effective:#x}, not the list's {want:#x}\n{log}"
+        ));
+    }
+    let lost: Vec<String> = as_root
+        .difference(&modes)
+        .map(|(probe, mode)| format!("{probe} {mode}"))
+        .collect();
+    let with_dac: Vec<u32> = listed
+        .iter()
+        .copied()
+        .chain([CAP_DAC_READ_SEARCH])
+        .collect();
+    let launch = Launch {
+        keep: Some(&with_dac),
+        uid: Some(65534),
+        ..Launch::default()
+    };
+    let (_, with_dac_modes, log) = probe_modes_launched(ctx, &launch)?;
+    if with_dac_modes != as_root {
+        return Err(format!(
+            "as uid 65534 with the list and DAC_READ_SEARCH the probes are {}, not root's {}\n{log}",
+            show(&with_dac_modes),
+            show(&as_root)
+        ));
+    }
+    Ok(if lost.is_empty() {
+        "as uid 65534 with the list: no probe changed".to_owned()
+    } else {
+        format!(
+            "as uid 65534 with the list: lost {}, given back by DAC_READ_SEARCH",
+            lost.join(", ")
+        )
+    })
+}
+
 /// A child killed when dropped.
 struct KillOnDrop(std::process::Child);
 
@@ -265,7 +315,19 @@ fn own_bounding_set() -> Result<u64, String> {
 /// Runs qosd (probes only) with exactly `keep` (`None`: unrestricted) until it serves; its
 /// effective capabilities and the probes' live modes.
 fn probe_modes(ctx: &Context, keep: Option<&[u32]>) -> Result<(u64, Modes, String), String> {
-    let agent = Agent::start_limited(&ctx.qosd, keep, Duration::from_secs(120))?;
+    let launch = Launch {
+        keep,
+        ..Launch::default()
+    };
+    probe_modes_launched(ctx, &launch)
+}
+
+/// [`probe_modes`] for qosd started as `launch` says.
+fn probe_modes_launched(
+    ctx: &Context,
+    launch: &Launch<'_>,
+) -> Result<(u64, Modes, String), String> {
+    let agent = Agent::start_launched(&ctx.qosd, &[], launch, Duration::from_secs(120))?;
     let pid = agent.pid().ok_or("qosd has no pid")?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
