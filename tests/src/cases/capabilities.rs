@@ -201,15 +201,16 @@ fn privileged_paths(ctx: &Context, listed: &[u32]) -> Result<String, String> {
         ));
     }
 
-    // Page migration of another user's process.
-    let mut sleeper = std::process::Command::new(&ctx.self_exe);
-    sleeper.args(["sleep", "120"]).uid(65534).gid(65534);
+    // Page migration of another user's process: the system's `sleep` (this binary may lie in
+    // a directory uid 65534 cannot enter, such as the CI's cache under /root). `spawn` returns
+    // once the exec is done.
+    let mut sleeper = std::process::Command::new("sleep");
+    sleeper.arg("120").uid(65534).gid(65534);
     let target = KillOnDrop(
         sleeper
             .spawn()
-            .map_err(|e| format!("starting a uid 65534 sleeper: {e}"))?,
+            .map_err(|e| format!("starting a uid 65534 sleep: {e}"))?,
     );
-    crate::workload::wait_exec(target.0.id())?;
     let pid = target.0.id().to_string();
     let migrate = |keep: &[u32]| allowed(keep, &["migrate-pages", &pid]);
     let (with_list, refusal) = migrate(listed)?;
@@ -231,6 +232,14 @@ fn privileged_paths(ctx: &Context, listed: &[u32]) -> Result<String, String> {
 fn as_another_user(ctx: &Context, listed: &[u32]) -> Result<String, String> {
     let want: u64 = listed.iter().map(|cap| 1u64 << cap).sum();
     let (_, as_root, _) = probe_modes(ctx, Some(listed))?;
+    // qosd may lie in a directory uid 65534 cannot enter (the CI's cache under /root): it runs
+    // from a link in a directory anyone can enter.
+    let (qosd, _link) = reachable_by_anyone(&ctx.qosd)?;
+    let ctx = &Context {
+        qosd,
+        self_exe: ctx.self_exe.clone(),
+        skip_all: None,
+    };
     let launch = Launch {
         keep: Some(listed),
         uid: Some(65534),
@@ -272,6 +281,25 @@ fn as_another_user(ctx: &Context, listed: &[u32]) -> Result<String, String> {
             lost.join(", ")
         )
     })
+}
+
+/// `program` at a path any user can reach: a hard link (or, across file systems, a copy) in a
+/// new 0755 directory under the temporary directory, removed with the returned guard.
+fn reachable_by_anyone(
+    program: &std::path::Path,
+) -> Result<(std::path::PathBuf, crate::pod_tree::TempPaths), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("qosd-systest-bin-{}", std::process::id()));
+    let guard = crate::pod_tree::TempPaths(vec![dir.clone()]);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let link = dir.join("qosd");
+    if std::fs::hard_link(program, &link).is_err() {
+        std::fs::copy(program, &link)
+            .map_err(|e| format!("copying {} to {}: {e}", program.display(), link.display()))?;
+    }
+    Ok((link, guard))
 }
 
 /// A child killed when dropped.
