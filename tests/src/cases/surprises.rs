@@ -10,11 +10,12 @@
 //! qosd also lacks `CAP_SYS_ADMIN`, so it cannot mount one itself. With the whole list of
 //! capabilities in the same namespace it does, which shows the list covers a host that mounts
 //! no tracefs at boot.
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::capabilities::{CAP_SYS_ADMIN, listed_here};
-use crate::agent::{Agent, Hidden, Launch, check_output, sample_value, samples};
+use crate::agent::{
+    Agent, Hidden, Launch, check_output, sample_value, samples, standalone_args, standalone_inputs,
+};
 use crate::cgroup_fixture::TestCgroups;
 use crate::harness::{Context, Outcome, fail};
 use crate::pod_tree::{Hierarchies, TempPaths, wait_for};
@@ -219,27 +220,18 @@ fn without_btf(ctx: &Context) -> Result<String, String> {
         return Err(format!("qosd check should say BTF is missing:\n{check}"));
     }
     let h = Hierarchies::new("qosd-systest-nobtf")?;
-    let manifests = std::env::temp_dir().join(format!("{}-manifests", h.root_name));
-    let logs = PathBuf::from(format!("{}-logs", manifests.display()));
-    let _cleanup = TempPaths(vec![manifests.clone(), logs.clone()]);
-    std::fs::create_dir_all(&manifests).map_err(|e| format!("{}: {e}", manifests.display()))?;
+    // Manifests, state and container logs under the case's own scratch directory.
+    let scratch = std::env::temp_dir().join(format!("{}-files", h.root_name));
+    let _cleanup = TempPaths(vec![scratch.clone()]);
+    let (manifests, config) =
+        standalone_inputs(&scratch, &format!("cgroupRoot: /{}\n", h.root_name))?;
     let uid = "0f0e0d0c-0000-4000-8000-0000000000b1";
     std::fs::write(
         manifests.join("sleeper.yaml"),
         sleeper_manifest(ctx, uid, "300"),
     )
     .map_err(|e| format!("sleeper.yaml: {e}"))?;
-    let args: Vec<String> = [
-        "--manifest-dir",
-        &manifests.display().to_string(),
-        "--cgroup-root",
-        &format!("/{}", h.root_name),
-        "--container-log-dir",
-        &logs.display().to_string(),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    let args = standalone_args(&scratch, &manifests, &config, &[]);
     let mut agent = Agent::start_launched(&ctx.qosd, &args, &launch, Duration::from_secs(120))?;
     let with_log = |e: String, agent: &Agent| format!("{e}\n{}", agent.log_tail());
     let text = agent.scrape()?;
