@@ -77,13 +77,11 @@ pub(crate) fn charge_prev<R: KernelRead>(
         return PrevTask::UNKNOWN;
     }
     let Ok(runtime) = R::read::<u64>(prev, off.task_sum_exec_runtime) else {
-        stats.read_errors += 1;
-        crate::diag::read_failed(SWITCH, stats.read_errors);
+        crate::diag::read_failed(SWITCH, crate::diag::READ_ERRORS, &mut stats.read_errors);
         return PrevTask::UNKNOWN;
     };
     let Ok(cgroup) = cgroup_and_slot::<R>(prev, pid, running, off) else {
-        stats.read_errors += 1;
-        crate::diag::read_failed(SWITCH, stats.read_errors);
+        crate::diag::read_failed(SWITCH, crate::diag::READ_ERRORS, &mut stats.read_errors);
         return PrevTask::UNKNOWN;
     };
     if runtime > running.start_runtime_ns && cgroup.cgroup_id != 0 {
@@ -111,16 +109,14 @@ fn charge_unchained<R: KernelRead>(
         R::read::<u64>(prev, off.task_prev_sum_exec_runtime),
         R::read::<u64>(prev, off.task_cgroups),
     ) else {
-        stats.read_errors += 1;
-        crate::diag::read_failed(SWITCH, stats.read_errors);
+        crate::diag::read_failed(SWITCH, crate::diag::READ_ERRORS, &mut stats.read_errors);
         return PrevTask::UNKNOWN;
     };
     if pid == 0 {
         return PrevTask::UNKNOWN;
     }
     let Ok(cgroup) = css_set_cgroup::<R>(css_set, off) else {
-        stats.read_errors += 1;
-        crate::diag::read_failed(SWITCH, stats.read_errors);
+        crate::diag::read_failed(SWITCH, crate::diag::READ_ERRORS, &mut stats.read_errors);
         return PrevTask::UNKNOWN;
     };
     if !is_fair_policy(policy) {

@@ -6,7 +6,7 @@
 //! normal event takes, and each kind is logged at most once per CPU every [`INTERVAL_NS`]
 //! (the last time is kept per CPU in [`DIAG_LAST_NS`]), so a map that stays full costs one
 //! message per CPU every ten seconds, not one per event.
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
+use aya_ebpf::{macros::map, maps::PerCpuArray};
 use aya_log_ebpf::warn;
 use qosd_common::{DIAG_INTERVAL_NS as INTERVAL_NS, DiagKind};
 
@@ -20,8 +20,7 @@ fn due(kind: DiagKind) -> bool {
     let Some(last) = DIAG_LAST_NS.get_ptr_mut(kind as u32) else {
         return false;
     };
-    // SAFETY: bpf_ktime_get_ns has no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = crate::runq::now_ns();
     // SAFETY: this CPU's element of a per-CPU array; programs run with preemption disabled, so
     // nothing else touches it meanwhile.
     unsafe {
@@ -33,15 +32,24 @@ fn due(kind: DiagKind) -> bool {
     true
 }
 
-/// `program` could not read a kernel field it follows; `total` is this CPU's count so far.
+/// The name, in [`read_failed`]'s message, of a counter of read errors only.
+pub(crate) const READ_ERRORS: &str = "read errors";
+/// The name, in [`read_failed`]'s message, of a counter of every event left out (read errors
+/// and others, such as a full map).
+pub(crate) const DROPPED: &str = "events left out";
+
+/// `program` could not read a kernel field it follows and leaves the event out: `counter`,
+/// this CPU's count named `counter_name` ([`READ_ERRORS`] or [`DROPPED`]), goes up by one.
 #[inline(always)]
-pub(crate) fn read_failed(program: &'static str, total: u64) {
+pub(crate) fn read_failed(program: &'static str, counter_name: &'static str, counter: &mut u64) {
+    *counter += 1;
     if due(DiagKind::ReadFailed) {
         warn!(
             &(),
-            "{}: a kernel read failed ({} on this CPU so far); the event is counted as a read error",
+            "{}: a kernel read failed and the event was left out ({} {} on this CPU so far)",
             program,
-            total
+            *counter,
+            counter_name
         );
     }
 }

@@ -157,8 +157,7 @@ fn on_switch<R: KernelRead>(preempt: bool, prev: *const u8, next: *const u8) {
             running.cgroup_id
         }
         _ => {
-            stats.read_errors += 1;
-            diag::read_failed(SWITCH, stats.read_errors);
+            diag::read_failed(SWITCH, diag::READ_ERRORS, &mut stats.read_errors);
             running.pid = 0;
             running.task = 0;
             runq.read_error();

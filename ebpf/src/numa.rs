@@ -236,8 +236,11 @@ fn on_hint_fault(mem_node: i32) {
     }
     let cpu_node = this_cpu_node();
     let (Ok(cgroup), Ok(mem_node)) = (current_cgroup(), u32::try_from(mem_node)) else {
-        stats.hint_dropped += 1;
-        crate::diag::read_failed("numa hinting fault", stats.hint_dropped);
+        crate::diag::read_failed(
+            "numa hinting fault",
+            crate::diag::DROPPED,
+            &mut stats.hint_dropped,
+        );
         return;
     };
     // Kernel threads take no hinting faults; the idle task (cgroup 0) never does.
@@ -273,8 +276,11 @@ fn on_page_alloc(ctx: &TracePointContext) {
     let (Ok(pfn), Ok(order)) = (unsafe { ctx.read_at::<u64>(pfn_at) }, unsafe {
         ctx.read_at::<u32>(order_at)
     }) else {
-        stats.alloc_dropped += 1;
-        crate::diag::read_failed("mm_page_alloc", stats.alloc_dropped);
+        crate::diag::read_failed(
+            "mm_page_alloc",
+            crate::diag::DROPPED,
+            &mut stats.alloc_dropped,
+        );
         return;
     };
     // A failed allocation is traced with pfn -1 and allocates nothing.
@@ -284,8 +290,11 @@ fn on_page_alloc(ctx: &TracePointContext) {
     let pages = 1u64 << (order & 31);
     let (page_node, cpu_node) = (pfn_node(pfn), this_cpu_node());
     let Ok(cgroup) = current_cgroup() else {
-        stats.alloc_dropped += 1;
-        crate::diag::read_failed("mm_page_alloc", stats.alloc_dropped);
+        crate::diag::read_failed(
+            "mm_page_alloc",
+            crate::diag::DROPPED,
+            &mut stats.alloc_dropped,
+        );
         return;
     };
     if page_node == NO_NODE || cpu_node == NO_NODE {
@@ -319,8 +328,11 @@ fn on_migrate<R: KernelRead>(task: *const u8, dest_cpu: i32) {
         R::read::<u32>(task, config_word(&raw const QOSD_NUMA.task_cpu)),
         u32::try_from(dest_cpu),
     ) else {
-        stats.migration_dropped += 1;
-        crate::diag::read_failed("task migration", stats.migration_dropped);
+        crate::diag::read_failed(
+            "task migration",
+            crate::diag::DROPPED,
+            &mut stats.migration_dropped,
+        );
         return;
     };
     if from == to {
@@ -332,8 +344,11 @@ fn on_migrate<R: KernelRead>(task: *const u8, dest_cpu: i32) {
         Ok(0) => return,
         Ok(id) => id,
         Err(()) => {
-            stats.migration_dropped += 1;
-            crate::diag::read_failed("task migration", stats.migration_dropped);
+            crate::diag::read_failed(
+                "task migration",
+                crate::diag::DROPPED,
+                &mut stats.migration_dropped,
+            );
             return;
         }
     };

@@ -129,8 +129,11 @@ impl Switch {
     #[inline(always)]
     pub(crate) fn read_error(&mut self) {
         if let Some(stats) = self.stats.as_deref_mut() {
-            stats.read_errors += 1;
-            crate::diag::read_failed(crate::SWITCH, stats.read_errors);
+            crate::diag::read_failed(
+                crate::SWITCH,
+                crate::diag::READ_ERRORS,
+                &mut stats.read_errors,
+            );
         }
     }
 
@@ -188,8 +191,11 @@ fn leaving<R: KernelRead>(
     } else if let Ok(state) = R::read::<u32>(prev, soff.task_state) {
         state
     } else {
-        stats.read_errors += 1;
-        crate::diag::read_failed(crate::SWITCH, stats.read_errors);
+        crate::diag::read_failed(
+            crate::SWITCH,
+            crate::diag::READ_ERRORS,
+            &mut stats.read_errors,
+        );
         return Leaving::NONE;
     };
     Leaving {
@@ -217,8 +223,11 @@ fn departed<R: KernelRead>(
         R::read::<u64>(prev, soff.task_run_delay),
         R::read::<u64>(prev, soff.task_pcount),
     ) else {
-        stats.read_errors += 1;
-        crate::diag::read_failed(crate::SWITCH, stats.read_errors);
+        crate::diag::read_failed(
+            crate::SWITCH,
+            crate::diag::READ_ERRORS,
+            &mut stats.read_errors,
+        );
         return;
     };
     let Some(entry) = TASK_WAITS.get_ptr_mut(task_wait_index(leaving.pid)) else {

@@ -75,8 +75,11 @@ pub fn unthrottle_cfs_rq_fentry(ctx: FEntryContext) -> i32 {
         return 0;
     }
     let Ok(cgroup) = cfs_rq_cgroup_id(cfs_rq) else {
-        stats.read_errors += 1;
-        crate::diag::read_failed("unthrottle_cfs_rq", stats.read_errors);
+        crate::diag::read_failed(
+            "unthrottle_cfs_rq",
+            crate::diag::READ_ERRORS,
+            &mut stats.read_errors,
+        );
         return 0;
     };
     let duration = now - start;

@@ -647,14 +647,21 @@ pub(super) fn read_optional(path: &Path) -> Result<Option<String>, CgroupError> 
     })
 }
 
+/// Whether a write may create the file. cgroupfs makes a cgroup's files itself when the
+/// directory is made, so qosd never creates one: a missing file is the kernel's answer
+/// (`ENOENT`: no such controller or setting here; with `O_CREAT` kernfs would answer a
+/// misleading `EACCES`), and a cgroup root that is not cgroupfs gets no stray files. Only unit
+/// tests' fixture trees, plain directories, need their files created.
+const CREATE_MISSING_FILES: bool = cfg!(test);
+
 /// Writes `value` with a single write (cgroup files take one value per write). An empty value
-/// is written as a newline, which the kernel reads as "clear". In a fixture tree the file is
-/// created; in cgroupfs it already exists.
+/// is written as a newline, which the kernel reads as "clear". The file must exist
+/// ([`CREATE_MISSING_FILES`]).
 pub(super) fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
     let data = if value.is_empty() { "\n" } else { value };
     let result = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
+        .create(CREATE_MISSING_FILES)
         .truncate(true)
         .open(path)
         .and_then(|mut file| file.write_all(data.as_bytes()));
@@ -678,13 +685,13 @@ fn collect_dirs(dir: &Path) -> Result<Vec<walk::CgroupDir>, CgroupError> {
     Ok(found.dirs)
 }
 
-/// Opens a `cgroup.procs` file for writing, close-on-exec. In a fixture tree the file is
-/// created; in cgroupfs it already exists.
+/// Opens a `cgroup.procs` file for writing, close-on-exec. The file must exist
+/// ([`CREATE_MISSING_FILES`]).
 fn open_procs(path: &Path) -> Result<(PathBuf, OwnedFd), CgroupError> {
     use std::os::unix::fs::OpenOptionsExt as _;
     std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
+        .create(CREATE_MISSING_FILES)
         .truncate(false)
         .custom_flags(libc::O_CLOEXEC)
         .open(path)

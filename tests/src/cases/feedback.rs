@@ -32,7 +32,7 @@ const PINNED_UID: &str = "0f0e0d0c-0000-4000-8000-0000000000f4";
 const AFTER: Duration = Duration::from_secs(8);
 
 /// qosd in standalone mode on a test root with the given pods and KubeletConfiguration
-/// lines, with a fast feedback. Everything is removed on drop: qosd first (fields drop in
+/// lines, with a fast feedback and the `extra` arguments. Everything is removed on drop: qosd first (fields drop in
 /// declaration order), then its cgroups, which a running qosd would otherwise make again.
 pub(super) struct Scenario {
     pub(super) agent: Agent,
@@ -46,6 +46,7 @@ impl Scenario {
         prefix: &str,
         kubelet: &str,
         pods: &[(&str, String)],
+        extra: &[&str],
     ) -> Result<Self, String> {
         let h = Hierarchies::new(prefix)?;
         let scratch = std::env::temp_dir().join(format!("{}-files", h.root_name));
@@ -57,12 +58,9 @@ impl Scenario {
         for (name, text) in pods {
             std::fs::write(manifests.join(name), text).map_err(|e| format!("{name}: {e}"))?;
         }
-        let args = crate::agent::standalone_args(
-            &scratch,
-            &manifests,
-            &config,
-            &["--feedback-period", "1s", "--feedback-hold", "600s"],
-        );
+        let mut options = vec!["--feedback-period", "1s", "--feedback-hold", "600s"];
+        options.extend_from_slice(extra);
+        let args = crate::agent::standalone_args(&scratch, &manifests, &config, &options);
         let agent = Agent::start_with(&ctx.qosd, &args, Duration::from_secs(60))?;
         Ok(Self {
             h,
@@ -225,6 +223,7 @@ fn run_burst(ctx: &Context) -> Result<Outcome, String> {
                 "{requests: {cpu: 100m}, limits: {cpu: 200m}}",
             ),
         )],
+        &[],
     )?;
     let c = format!("kubepods/burstable/pod{BURST_UID}/c");
     s.wait_pids(&c, 1)?;
@@ -369,6 +368,7 @@ fn run_besteffort(ctx: &Context) -> Result<Outcome, String> {
             ),
             ("noisy.yaml", pod(NOISY_UID, "noisy", &spinners, "{}")),
         ],
+        &[],
     )?;
     let victim_cgroup = format!("kubepods/burstable/pod{VICTIM_UID}/c");
     let noisy_cgroup = format!("kubepods/besteffort/pod{NOISY_UID}/c");
@@ -505,6 +505,7 @@ fn run_numa(ctx: &Context) -> Result<Outcome, String> {
                 "{limits: {cpu: \"2\", memory: 256Mi}}",
             ),
         )],
+        &[],
     )?;
     let c = format!("kubepods/pod{PINNED_UID}/c");
     let pid = s.wait_pids(&c, 1)?[0];

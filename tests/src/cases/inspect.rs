@@ -3,7 +3,8 @@
 //! writing, no directory made or removed, no file unlinked, renamed or truncated and no signal
 //! sent: the kernel's view of qosd's system calls, not qosd's word. The same window with no
 //! request at all is traced first, so a write by qosd's own background work (which would make
-//! the comparison meaningless) is reported as such.
+//! the comparison meaningless) is reported as such. The feedback runs in dry-run, so nothing
+//! but drift (there is none) gives qosd a reason to write in either window.
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -60,6 +61,9 @@ fn run(ctx: &Context) -> Result<String, String> {
                 ),
             ),
         ],
+        // The feedback decides and lists its decisions in /inspect but writes nothing: with
+        // nothing drifting, qosd has no background write that could blur the windows below.
+        &["--feedback", "dry-run"],
     )?;
     s.wait_pids(&format!("kubepods/burstable/pod{SLEEPER_UID}/c"), 1)?;
     s.wait_pids(&format!("kubepods/besteffort/pod{IDLER_UID}/c"), 1)?;

@@ -113,7 +113,7 @@ fn run(ctx: &Context, nodes: &BTreeMap<u32, Vec<usize>>) -> Result<String, Strin
         })
         .collect();
     let pods: Vec<(&str, String)> = pods.iter().map(|(f, t)| (f.as_str(), t.clone())).collect();
-    let s = Scenario::start(ctx, "qosd-systest-unpinned", "", &pods)?;
+    let s = Scenario::start(ctx, "qosd-systest-unpinned", "", &pods, &[])?;
     let relative = |p: &Placed| format!("kubepods/burstable/pod{}/c", p.uid);
     let mut pids = BTreeMap::new();
     for p in &PODS {

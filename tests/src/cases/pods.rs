@@ -72,6 +72,7 @@ fn run(ctx: &Context) -> Result<String, String> {
     let _cleanup = TempPaths(vec![
         manifests.clone(),
         PathBuf::from(format!("{}-logs", manifests.display())),
+        PathBuf::from(format!("{}-state", manifests.display())),
     ]);
     std::fs::create_dir_all(&manifests).map_err(|e| e.to_string())?;
     let write = |name: &str, text: &str| {
@@ -89,6 +90,9 @@ fn run(ctx: &Context) -> Result<String, String> {
         &format!("{RECONCILE_SECONDS}s"),
         "--container-log-dir",
         &format!("{}-logs", manifests.display()),
+        // The case's checkpoints stay in its scratch space, not the host's /var/lib/qosd.
+        "--state-dir",
+        &format!("{}-state", manifests.display()),
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -332,6 +336,7 @@ fn allocatable(ctx: &Context) -> Result<String, String> {
     let _cleanup = TempPaths(vec![
         manifests.clone(),
         PathBuf::from(format!("{}-logs", manifests.display())),
+        PathBuf::from(format!("{}-state", manifests.display())),
         config.clone(),
     ]);
     std::fs::create_dir_all(&manifests).map_err(|e| e.to_string())?;
@@ -344,6 +349,9 @@ fn allocatable(ctx: &Context) -> Result<String, String> {
         &config.display().to_string(),
         "--container-log-dir",
         &format!("{}-logs", manifests.display()),
+        // The case's checkpoints stay in its scratch space, not the host's /var/lib/qosd.
+        "--state-dir",
+        &format!("{}-state", manifests.display()),
     ]
     .iter()
     .map(|s| (*s).to_owned())
