@@ -56,7 +56,6 @@ pub struct StandaloneOptions {
 }
 
 /// Errors that keep standalone mode from starting.
-
 #[derive(Debug, thiserror::Error)]
 pub enum StandaloneError {
     #[error(transparent)]

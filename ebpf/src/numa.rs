@@ -235,7 +235,12 @@ fn on_hint_fault(mem_node: i32) {
         return;
     }
     let cpu_node = this_cpu_node();
-    let (Ok(cgroup), Ok(mem_node)) = (current_cgroup(), u32::try_from(mem_node)) else {
+    // A fault with no node (NUMA_NO_NODE, -1) is left out; it is not a failed read.
+    let Ok(mem_node) = u32::try_from(mem_node) else {
+        stats.hint_dropped += 1;
+        return;
+    };
+    let Ok(cgroup) = current_cgroup() else {
         crate::diag::read_failed(
             "numa hinting fault",
             crate::diag::DROPPED,

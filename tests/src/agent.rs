@@ -517,6 +517,23 @@ pub(crate) fn sample_value(text: &str, name: &str, labels: &str) -> Option<f64> 
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Every (probe, mode) `qosd_probe_info` sets to 1 in `text`.
+pub(crate) fn probe_info_modes(text: &str) -> std::collections::BTreeSet<(String, String)> {
+    samples(text, "qosd_probe_info")
+        .into_iter()
+        .filter(|(_, value)| *value == 1.0)
+        .filter_map(|(labels, _)| {
+            let get = |key: &str| {
+                labels
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.clone())
+            };
+            Some((get("probe")?, get("mode")?))
+        })
+        .collect()
+}
+
 /// Every sample of metric `name` with its labels, in exposition order.
 pub(crate) fn samples(text: &str, name: &str) -> Vec<(Vec<(String, String)>, f64)> {
     let prefix = format!("{name}{{");

@@ -119,12 +119,10 @@ impl TestCgroups {
             .position(|c| c.id() == pid)
             .ok_or_else(|| format!("process {pid} is not a workload of this test"))?;
         let mut child = self.children.remove(index);
-        let exited = child
-            .try_wait()
-            .map_err(|e| format!("checking workload {pid}: {e}"))?;
+        let exited = child.try_wait();
         let _ = child.kill();
         let _ = child.wait();
-        match exited {
+        match exited.map_err(|e| format!("checking workload {pid}: {e}"))? {
             None => Ok(()),
             Some(status) => Err(format!(
                 "workload {pid} exited ({status}) before the measurement ended"

@@ -93,7 +93,7 @@ enum Command {
         /// Only targets whose name contains this string.
         target: Option<String>,
     },
-    /// Kill storms (root): qosd SIGKILLed at random instants, at least --kills times, while
+    /// Kill storms (root): qosd SIGKILLed at random instants, --kills times (it stops early once violations pile up), while
     /// pods are admitted, replaced and deleted and the feedback intervenes; after every
     /// restart the node is checked against cgroupfs, the processes and the CPU manager's
     /// checkpoint. Prints the kills and the invariant violations (any fails the run).
@@ -113,7 +113,7 @@ enum Command {
     /// second; prints qosd's RSS, open fds, threads, eBPF map entries, series and cgroups at
     /// the start, middle and end, and fails if any but RSS grew.
     Soak {
-        /// Minutes of churn (10 creates over 500 pods).
+        /// Minutes of churn (10 minutes create and delete about 600 pods).
         #[arg(long, default_value_t = 10)]
         minutes: u64,
     },

@@ -7,7 +7,9 @@
 //! 4. deploy: `deploy/` against Kubernetes' schemas, the alert rules through promtool, and the
 //!    OCI image built and run (a release build; see [`crate::deploy_check`]).
 //! 5. host: `qosd-systests` on this machine (needs root; reported as skipped otherwise).
-//! 6. vm: `qosd-systests` inside each guest kernel (5.10, 6.1, 6.12; cgroup v2, 2 NUMA nodes).
+//! 6. vm: `qosd-systests` inside each guest kernel (5.10, 6.1, 6.12; cgroup v2, 2 NUMA nodes),
+//!    then the `systemd_*` cases with systemd as PID 1 ([`SYSTEMD_GUESTS`]: 6.12 and 6.1 on
+//!    cgroup v2, 6.1 on the hybrid layout).
 //!
 //! The binaries are built once (dev profile, shared with the unit tier's build) and the same
 //! eBPF object runs on the host and in every guest. The last line is

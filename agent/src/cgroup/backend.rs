@@ -4,8 +4,8 @@
 //! (create, update, destroy, move a process, open a join handle, kill) that only the
 //! container manager holds. Both work by [`CgroupName`], independent of the cgroup version and
 //! of the name spelling (cgroupfs or systemd slices). [`super::cgroupfs::CgroupfsBackend`]
-//! implements them on the cgroup filesystems (v1, hybrid, v2); a systemd backend over D-Bus is
-//! the next implementation of the same pair.
+//! implements them on the cgroup filesystems (v1, hybrid, v2); [`super::systemd`] asks systemd
+//! over D-Bus for the writes and reads through the cgroupfs backend.
 //!
 //! Every backend is confined to a root name given at construction (plus the reserved cgroups
 //! it is told about, which it may update but never create or remove): names outside are

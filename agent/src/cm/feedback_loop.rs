@@ -160,7 +160,7 @@ impl FeedbackLoop {
 
     /// Judges unpinned containers by where they ran (`numa_align` reports those away from
     /// their memory), from `placement`, which the scrapes keep and the feedback refreshes when
-    /// they are rarer than its period.
+    /// its newest reading is older than [`PLACEMENT_REFRESH`].
     pub fn set_placement(&mut self, placement: CpuPlacement) {
         self.placement = Some(placement);
     }

@@ -219,12 +219,6 @@ impl Quantity {
         }
     }
 
-    /// The format it is written back in.
-    #[must_use]
-    pub fn format(&self) -> Format {
-        self.format
-    }
-
     /// The value in whole units, rounded up (`resource.Quantity.Value()`).
     #[must_use]
     pub fn value(&self) -> i64 {

@@ -26,6 +26,10 @@ pub enum FaultError {
     UnknownKey { key: String },
     #[error("{FAULTS_VAR}: map-entries={value:?}: want MAP:N with N a positive number")]
     MapEntries { value: String },
+    #[error(
+        "{FAULTS_VAR}: map-entries names {map:?}, which is none of the programs' maps ({known})"
+    )]
+    UnknownMap { map: String, known: String },
     #[error("{FAULTS_VAR}: tp-btf-target is empty")]
     EmptyTarget,
 }
@@ -56,10 +60,19 @@ impl ProbeFaults {
                     };
                     let (map, entries) = value.split_once(':').ok_or_else(bad)?;
                     let entries: u32 = entries.trim().parse().map_err(|_| bad())?;
-                    if map.trim().is_empty() || entries == 0 {
+                    let map = map.trim();
+                    if map.is_empty() || entries == 0 {
                         return Err(bad());
                     }
-                    faults.map_entries.push((map.trim().to_owned(), entries));
+                    if !super::MAP_USERS.iter().any(|(name, _)| *name == map) {
+                        let known: Vec<&str> =
+                            super::MAP_USERS.iter().map(|(name, _)| *name).collect();
+                        return Err(FaultError::UnknownMap {
+                            map: map.to_owned(),
+                            known: known.join(", "),
+                        });
+                    }
+                    faults.map_entries.push((map.to_owned(), entries));
                 }
                 "tp-btf-target" => {
                     let target = value.trim();
@@ -137,6 +150,11 @@ mod tests {
             Err(FaultError::MapEntries {
                 value: "X:0".into()
             })
+        );
+        let unknown = ProbeFaults::parse("map-entries=CGROUP_CPU:1").unwrap_err();
+        assert!(
+            matches!(&unknown, FaultError::UnknownMap { map, known } if map == "CGROUP_CPU" && known.contains("CGROUP_CPU_NS")),
+            "{unknown}"
         );
         assert_eq!(
             ProbeFaults::parse("verifier"),

@@ -21,7 +21,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::agent::{Agent, Launch, last_capability, samples};
+use crate::agent::{Agent, Launch, last_capability, probe_info_modes};
 use crate::harness::{Context, Outcome, fail};
 
 /// `deploy/README.md`'s list (capability numbers of linux/capability.h).
@@ -365,19 +365,7 @@ fn probe_modes_launched(
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .ok_or("no CapEff in /proc/<pid>/status")?;
     let text = agent.scrape()?;
-    let modes = samples(&text, "qosd_probe_info")
-        .into_iter()
-        .filter(|(_, value)| *value == 1.0)
-        .filter_map(|(labels, _)| {
-            let get = |key: &str| {
-                labels
-                    .iter()
-                    .find(|(k, _)| k == key)
-                    .map(|(_, v)| v.clone())
-            };
-            Some((get("probe")?, get("mode")?))
-        })
-        .collect();
+    let modes = probe_info_modes(&text);
     Ok((effective, modes, agent.log_tail()))
 }
 

@@ -22,7 +22,7 @@
 //! runs the same process (adopted, not started again).
 //!
 //! `QOSD_CHAOS_KILLS` sets the number of kills (default [`DEFAULT_KILLS`]; `cargo xtask chaos`
-//! runs at least 100) and `QOSD_CHAOS_SEED` replays a storm (the seed is printed).
+//! runs 100 by default) and `QOSD_CHAOS_SEED` replays a storm (the seed is printed).
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -172,6 +172,21 @@ struct Storm<'a> {
     admitted: u32,
     replaced: u32,
     deleted: u32,
+}
+
+impl Drop for Storm<'_> {
+    /// No process of the storm outlives it, whatever the outcome: a stray the checks reported,
+    /// or the containers left by an early return. The agent, declared later, is gone first, so
+    /// nothing starts them again.
+    fn drop(&mut self) {
+        for pid in self.tagged_processes().into_keys() {
+            if let Ok(pid) = libc::pid_t::try_from(pid) {
+                // SAFETY: kill(2) with a pid read from /proc and a valid signal; at worst the
+                // process is already gone (ESRCH).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
 }
 
 fn run(ctx: &Context) -> Result<String, String> {

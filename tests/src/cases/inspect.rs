@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::feedback::{Scenario, pod};
 use crate::agent::{http_get, http_request};
 use crate::harness::{Context, Outcome, fail};
-use crate::pod_tree::wait_for;
+use crate::pod_tree::{TempPaths, wait_for};
 
 const SLEEPER_UID: &str = "0f0e0d0c-0000-4000-8000-0000000000e1";
 const IDLER_UID: &str = "0f0e0d0c-0000-4000-8000-0000000000e2";
@@ -79,15 +79,17 @@ fn run(ctx: &Context) -> Result<String, String> {
     })
     .map_err(|e| s.with_log(e))?;
     let scratch = std::env::temp_dir().join(format!("{}-strace", s.h.root_name));
+    let _scratch = TempPaths(vec![scratch.clone()]);
 
     let quiet = traced(pid, &scratch.join("quiet"), Duration::from_secs(3), || {
         Ok(())
     })?;
     if !quiet.changes.is_empty() {
-        return Err(format!(
-            "qosd changed files or processes with no request at all, so /inspect cannot be judged:\n{}",
-            quiet.changes.join("\n")
-        ));
+        return Err(s.with_log(format!(
+            "qosd changed files or processes with no request at all, so /inspect cannot be judged ({} calls): {}",
+            quiet.changes.len(),
+            quiet.changes.join(" | ")
+        )));
     }
     let mut refused = Vec::new();
     let mut bytes = 0;
@@ -108,12 +110,12 @@ fn run(ctx: &Context) -> Result<String, String> {
         }
         Ok(())
     })?;
-    let _ = std::fs::remove_dir_all(&scratch);
     if !asked.changes.is_empty() {
-        return Err(format!(
-            "qosd changed files or processes while answering /inspect:\n{}",
-            asked.changes.join("\n")
-        ));
+        return Err(s.with_log(format!(
+            "qosd changed files or processes while answering /inspect ({} calls): {}",
+            asked.changes.len(),
+            asked.changes.join(" | ")
+        )));
     }
     if asked.calls == 0 {
         return Err(format!(

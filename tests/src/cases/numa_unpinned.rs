@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::agent::{http_get, sample_value, sum_where};
+use crate::agent::{http_get, sum_where};
 use crate::harness::{Context, Outcome, fail};
 use crate::workload::{last_cpu, node_cpus, pin_to};
 
@@ -185,22 +185,41 @@ fn run(ctx: &Context, nodes: &BTreeMap<u32, Vec<usize>>) -> Result<String, Strin
             "qosd_cgroup_node_cpu_seconds_total of far: node {a} {far_on_a} s, node {b} {far_on_b} s; it runs on node {a}"
         ));
     }
-    // The feedback reports the far pod, and writes nothing for it.
+    // The feedback reports the far pod (not merely some pod), and writes nothing for it.
     let reported = crate::pod_tree::wait_for(
-        "numa_align's report of the far pod",
+        "numa_align's report of the far pod in /inspect",
         Duration::from_secs(30),
         || {
-            let text = s.agent.scrape()?;
-            sample_value(
-                &text,
-                "qosd_feedback_decisions_total",
-                "action=\"report\",policy=\"numa_align\"",
-            )
-            .filter(|v| *v >= 1.0)
-            .ok_or_else(|| "none yet".to_owned())
+            let text = http_get(s.agent.addr, "/inspect")?;
+            let report: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            report["data"]["decisions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|d| {
+                    d["policy"] == "numa_align"
+                        && d["action"] == "report"
+                        && d["target"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with("systest/far/"))
+                })
+                .map(|d| {
+                    format!(
+                        "{} numa_align report {}: {}",
+                        d["time"].as_str().unwrap_or_default(),
+                        d["target"].as_str().unwrap_or_default(),
+                        d["reason"].as_str().unwrap_or_default()
+                    )
+                })
+                .ok_or_else(|| "no report of the far pod yet".to_owned())
         },
     )
     .map_err(|e| s.with_log(e));
+    let decision = match &reported {
+        Ok(line) => line.clone(),
+        Err(_) => String::new(),
+    };
     match reported {
         Ok(_) => {
             // Nothing written: no single node in its cpuset.mems (a file that is not there
@@ -227,7 +246,6 @@ fn run(ctx: &Context, nodes: &BTreeMap<u32, Vec<usize>>) -> Result<String, Strin
             inspect["data"]["numa_placement"]
         ));
     }
-    let decision = s.decision_line("numa_align").unwrap_or_default();
     let detail = format!(
         "{}; far's CPU by node {a}: {far_on_a:.1} s, {b}: {far_on_b:.1} s; {rows} inspect rows; {decision}",
         lines.join("; ")

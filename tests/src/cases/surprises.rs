@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use super::capabilities::{CAP_SYS_ADMIN, listed_here};
 use crate::agent::{
-    Agent, Hidden, Launch, check_output, sample_value, samples, standalone_args, standalone_inputs,
+    Agent, Hidden, Launch, check_output, probe_info_modes, sample_value, standalone_args,
+    standalone_inputs,
 };
 use crate::cgroup_fixture::TestCgroups;
 use crate::harness::{Context, Outcome, fail};
@@ -43,13 +44,9 @@ fn run(ctx: &Context) -> Result<String, String> {
 
 /// The mode `qosd_probe_info` gives `probe`.
 fn mode_of(text: &str, probe: &str) -> Option<String> {
-    samples(text, "qosd_probe_info")
+    probe_info_modes(text)
         .into_iter()
-        .filter(|(_, value)| *value == 1.0)
-        .find_map(|(labels, _)| {
-            let get = |key: &str| labels.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-            (get("probe")? == probe).then(|| get("mode").cloned())?
-        })
+        .find_map(|(p, mode)| (p == probe).then_some(mode))
 }
 
 fn online_cpus() -> usize {

@@ -390,6 +390,19 @@ fn interventions_on_kubelets_cgroups_are_rewritten_when_reverted_and_restored_at
             .all(|d| d["cgroup"] != format!("/{BESTEFFORT}"))),
         "an intervention's settings are not kubelet drift: {drift}"
     );
+    // The same report shows drift of kubelet's own values, so the check above can fail.
+    std::fs::write(root.join(&web).join("cpu.max"), "30000 100000").expect("drift");
+    for _ in 0..3 {
+        m.reconcile();
+    }
+    let drift = m.report().data["drift"].clone();
+    assert!(
+        drift
+            .as_array()
+            .is_some_and(|items| items.iter().any(|d| d["cgroup"] == format!("/{web}"))),
+        "kubelet's cpu.max changed by hand is drift: {drift}"
+    );
+    std::fs::write(root.join(&web).join("cpu.max"), "20000 100000").expect("restore");
 
     // Stop: kubelet's values back under every intervention.
     m.shutdown();

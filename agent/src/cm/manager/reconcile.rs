@@ -124,8 +124,8 @@ impl ContainerManager {
     }
 
     /// Makes kubepods and the tiers with their settings. A setting the kernel refuses does not
-    /// stop the others (the tiers below kubepods are still made): the first error is returned
-    /// once everything else is done.
+    /// stop the others (the tiers below kubepods are still made): once everything else is
+    /// done, one error is returned ([`Self::one_error`]) and the others are logged and counted.
     pub(super) fn ensure_tiers(&mut self, cause: Cause) -> Result<(), CgroupError> {
         let kubepods = self.options.kubepods.clone();
         let refused = self
@@ -141,7 +141,26 @@ impl ContainerManager {
         }
         self.knobs = feedback_loop::capabilities(self.reader(), &self.tiers.kubepods);
         let tiers = self.refresh_tiers_checked(cause).err();
-        refused.or(tiers).map_or(Ok(()), Err)
+        self.one_error(refused.into_iter().chain(tiers).collect())
+    }
+
+    /// Of several errors of one pass, the one to return: the first that is not a refused write
+    /// (a directory not made, a file not read: the caller may not go on), else the first.
+    /// Every other one is logged and counted here, so none is lost.
+    fn one_error(&self, mut errors: Vec<CgroupError>) -> Result<(), CgroupError> {
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let chosen = errors
+            .iter()
+            .position(|e| !matches!(e, CgroupError::Write { .. }))
+            .unwrap_or(0);
+        let returned = errors.remove(chosen);
+        for other in &errors {
+            tracing::warn!(error = %other, "a QoS tier setting was not applied; reconcile tries again");
+            self.count_error(other);
+        }
+        Err(returned)
     }
 
     pub(super) fn refresh_tiers(&mut self) {
@@ -179,7 +198,13 @@ impl ContainerManager {
             self.apply(&self.tiers.kubepods.clone(), &config, cause)
                 .err()
         });
-        burstable.or(besteffort).or(kubepods).map_or(Ok(()), Err)
+        self.one_error(
+            burstable
+                .into_iter()
+                .chain(besteffort)
+                .chain(kubepods)
+                .collect(),
+        )
     }
 
     pub(super) fn count_error(&self, error: &CgroupError) {

@@ -61,11 +61,20 @@ impl ContainerManager {
                     .and_then(|p| process::group_leader(&p));
                 if let Some(pid) = leader {
                     self.adoptable.insert(self.key(&uid, &container.name));
-                    // No fingerprint: started by a qosd from before fingerprints, or unreadable.
-                    if let Ok(Some(started_for)) = process::environ_var(pid, POD_FINGERPRINT_ENV)
-                        && started_for != pod.fingerprint()
-                    {
-                        earlier_version.insert(uid.clone());
+                    // No fingerprint: started by a qosd from before fingerprints; adopted as
+                    // it is. Unreadable: adopted as it is too, and said.
+                    match process::environ_var(pid, POD_FINGERPRINT_ENV) {
+                        Ok(Some(started_for)) if started_for != pod.fingerprint() => {
+                            earlier_version.insert(uid.clone());
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(
+                            pod = %pod.full_name(),
+                            container = %container.name,
+                            pid,
+                            error = %e,
+                            "the running container's pod version cannot be read; it is adopted as it is"
+                        ),
                     }
                 }
             }

@@ -666,6 +666,33 @@ fn a_tier_setting_the_kernel_refuses_at_start_degrades_that_tier_only() {
     m.shutdown(Duration::from_secs(5));
 }
 
+/// Two tiers refused in one pass: each refusal is logged and counted, none is lost behind
+/// the other.
+#[test]
+fn every_tier_refusal_of_one_pass_is_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (cgroups, faults) = faulty_backend(d);
+    for tier in ["burstable", "besteffort"] {
+        let name = CgroupName::new(["qosd", "kubepods", tier]).expect("name");
+        faults.refuse(&name, crate::cgroup::Setting::CpuShares, libc::EINVAL);
+    }
+    let (mut m, metrics, _) =
+        manager_on(d, cgroups, default_resources(), Vec::new()).expect("a refusal is not fatal");
+    assert_eq!(
+        write_errors(&metrics, "cpu.weight"),
+        2,
+        "the Burstable and the BestEffort tier's refusals"
+    );
+    // The kernel takes them again: the next reconcile writes both (no pods: kubelet's least
+    // weight, 2 shares, in both tiers).
+    faults.clear();
+    m.reconcile();
+    assert_eq!(read(d, "qosd/kubepods/burstable/cpu.weight"), "1");
+    assert_eq!(read(d, "qosd/kubepods/besteffort/cpu.weight"), "1");
+    m.shutdown(Duration::from_secs(5));
+}
+
 #[test]
 fn a_container_setting_the_kernel_refuses_is_counted_and_other_pods_are_untouched() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -12,8 +12,9 @@
 //!   followed (a loop is an error naming the link); a subdirectory, FIFO, socket or device with
 //!   a manifest's extension is an error naming it and is never opened; a file larger than
 //!   4 MiB is an error naming it and is not read, and one that is not UTF-8 an error naming it;
-//! - YAML flow collections nested deeper than 128 levels are an error before the parser sees
-//!   them (its time grows with the square of the depth);
+//! - a YAML document with more than 10,000 `[` and `{`, or flow collections nested deeper
+//!   than 128 levels, is an error before the parser sees it (its time grows with the square
+//!   of the depth, and the bracket count bounds the depth whatever the text's quoting);
 //! - YAML documents are separated by `---` lines and numbered from 1, skipping empty ones
 //!   (blank or comments only); a JSON file is document 1. Each document is parsed on its own, so
 //!   a syntax error only loses its own document; line numbers in messages are the file's;

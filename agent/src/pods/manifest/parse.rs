@@ -29,6 +29,17 @@ pub fn parse_manifest(text: &str, format: ManifestFormat) -> Vec<Result<ParsedPo
         ManifestFormat::Yaml => {
             for (index, padded) in split_yaml_documents(text).into_iter().enumerate() {
                 let document = index + 1;
+                let brackets = bracket_count(&padded);
+                if brackets > MAX_BRACKETS {
+                    out.push(Err(parse_error(
+                        document,
+                        None,
+                        format!(
+                            "{brackets} opening brackets ([ and {{) in one document, more than {MAX_BRACKETS}: flow collections could nest that deep"
+                        ),
+                    )));
+                    continue;
+                }
                 if flow_depth(&padded) > MAX_FLOW_DEPTH {
                     out.push(Err(parse_error(
                         document,
@@ -59,9 +70,23 @@ pub fn parse_manifest(text: &str, format: ManifestFormat) -> Vec<Result<ParsedPo
 /// nests fewer than 20.
 const MAX_FLOW_DEPTH: usize = 128;
 
+/// Most `[` and `{` characters a YAML document may hold, anywhere (quoted, commented or not).
+/// No lexing can be fooled about this count, and flow collections cannot nest deeper than it,
+/// so it bounds the parser's time whatever [`flow_depth`] makes of the text: its time grows
+/// with the square of the depth, so 10,000 levels cost a hundredth of 100,000's (see
+/// [`MAX_FLOW_DEPTH`]), and a Pod written in flow style needs a few hundred brackets.
+const MAX_BRACKETS: usize = 10_000;
+
+/// The `[` and `{` characters in `text`.
+pub(super) fn bracket_count(text: &str) -> usize {
+    text.bytes().filter(|b| matches!(b, b'[' | b'{')).count()
+}
+
 /// The deepest nesting of `[` and `{` outside quoted scalars and comments, in one linear pass:
-/// a bound checked before the parser sees the text, not a YAML parser. A plain scalar that
-/// holds brackets can only make it larger, and only by what it holds.
+/// an estimate for a clear message, not a YAML parser. It can be wrong about where a quoted
+/// scalar begins (an apostrophe after a space in a plain scalar, `a: x 'y`, looks like one and
+/// hides what follows); [`MAX_BRACKETS`], checked first, bounds the parser's time in that case,
+/// and the deserializer refuses more than 128 levels itself.
 pub(super) fn flow_depth(text: &str) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     let mut quote: Option<char> = None;

@@ -777,3 +777,29 @@ fn flow_depth_counts_flow_collections_outside_quotes_and_comments() {
     assert_eq!(flow_depth("a: 'it''s [' \nb: [[1]]"), 2);
     assert_eq!(flow_depth("a:\n  b:\n    c: [1]"), 1);
 }
+
+/// A quote the nesting estimate misreads (an apostrophe after a space inside a plain scalar,
+/// which YAML reads as text) cannot hide deep nesting from the bound: more opening brackets
+/// than any Pod needs are refused before the parser, whatever the estimate says.
+#[test]
+fn an_apostrophe_in_a_plain_scalar_does_not_hide_deep_nesting() {
+    use super::parse::flow_depth;
+    let depth = 100_000;
+    let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: deep\n  labels:\n    a: x 'y\nspec: {nested}\n"
+    );
+    assert!(
+        flow_depth(&text) <= 128,
+        "the estimate is fooled, which is what the bracket count is for"
+    );
+    let results = parse_manifest(&text, ManifestFormat::Yaml);
+    let [Err(error)] = results.as_slice() else {
+        panic!("one error expected: {results:?}");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("100000 opening brackets ([ and {) in one document, more than 10000"),
+        "{message}"
+    );
+}
