@@ -153,24 +153,41 @@ impl Hierarchies {
 impl Drop for Hierarchies {
     /// Last-resort cleanup when a case fails half-way: kill what is left, remove deepest first.
     fn drop(&mut self) {
-        for root in self.leftovers() {
-            let mut dirs = Vec::new();
-            collect_dirs(&root, &mut dirs);
-            for dir in dirs.iter().rev() {
-                if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-                    for pid in procs
-                        .split_whitespace()
-                        .filter_map(|p| p.parse::<i32>().ok())
-                    {
-                        // SAFETY: kill(2) on pids listed in our own test cgroup.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
+        remove_trees(&self.leftovers());
+    }
+}
+
+/// Removes the cgroup `top` (a directory at the top of a hierarchy, as a systemd slice of the
+/// root is) from every hierarchy mounted: what systemd leaves when it stops a slice (on the
+/// hybrid layout, the cpuset directories qosd made below it).
+pub(crate) fn remove_top_cgroup(top: &str) {
+    let roots: Vec<PathBuf> = every_cgroup_mount()
+        .iter()
+        .map(|m| m.join(top))
+        .filter(|p| p.exists())
+        .collect();
+    remove_trees(&roots);
+}
+
+/// Kills the processes of every cgroup below each of `roots` and removes them, deepest first.
+fn remove_trees(roots: &[PathBuf]) {
+    for root in roots {
+        let mut dirs = Vec::new();
+        collect_dirs(root, &mut dirs);
+        for dir in dirs.iter().rev() {
+            if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                for pid in procs
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                {
+                    // SAFETY: kill(2) on pids listed in our own test cgroup.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
             }
-            std::thread::sleep(Duration::from_millis(200));
-            for dir in dirs.iter().rev() {
-                let _ = std::fs::remove_dir(dir);
-            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        for dir in dirs.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }

@@ -321,7 +321,7 @@ struct StopSlice(Option<String>);
 impl Drop for StopSlice {
     fn drop(&mut self) {
         if let Some(unit) = &self.0 {
-            let _ = super::systemd::systemctl(&["stop", unit]);
+            super::systemd::stop_root_slice(unit);
         }
     }
 }

@@ -174,7 +174,7 @@ pub(crate) fn units_hold_kubelet_values_through_reload_drift_and_stops(ctx: &Con
     let _files = TempPaths(vec![scratch.clone()]);
     let outcome = run(ctx, &root, &units, &scratch);
     // Whatever happened: no unit of ours stays behind.
-    let _ = systemctl(&["stop", &units.root_unit]);
+    stop_root_slice(&units.root_unit);
     let _ = systemctl(&["reset-failed", &units.scope_unit]);
     match outcome {
         Ok(detail) => Outcome::Pass(detail),
@@ -368,6 +368,14 @@ fn read(path: &Path) -> Result<String, String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Stops the root slice `unit`, and removes what systemd leaves of it in the cgroup trees
+/// (the cpuset directories qosd makes itself on the hybrid layout): the cases' cleanup,
+/// whatever happened.
+pub(super) fn stop_root_slice(unit: &str) {
+    let _ = systemctl(&["stop", unit]);
+    crate::pod_tree::remove_top_cgroup(unit);
+}
+
 pub(super) fn systemctl(args: &[&str]) -> Result<String, String> {
     let out = Command::new("systemctl")
         .args(args)
@@ -402,7 +410,7 @@ pub(crate) fn feedback_interventions_survive_daemon_reload(ctx: &Context) -> Out
     let scratch = std::env::temp_dir().join(format!("{root}-files"));
     let _files = TempPaths(vec![scratch.clone()]);
     let outcome = run_feedback(ctx, &root, &scratch);
-    let _ = systemctl(&["stop", &format!("{slice}.slice")]);
+    stop_root_slice(&format!("{slice}.slice"));
     match outcome {
         Ok(detail) => Outcome::Pass(detail),
         Err(e) => fail(e),

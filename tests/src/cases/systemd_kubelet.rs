@@ -70,7 +70,7 @@ pub(crate) fn interventions_are_unit_properties_beside_kubelet(ctx: &Context) ->
     let _files = TempPaths(vec![scratch.clone()]);
     let mut scopes = Scopes(Vec::new());
     let outcome = run(ctx, &root, &scratch, &mut scopes);
-    let _ = systemctl(&["stop", &format!("{}.slice", root.replace('-', "_"))]);
+    super::systemd::stop_root_slice(&format!("{}.slice", root.replace('-', "_")));
     drop(scopes);
     match outcome {
         Ok(detail) => Outcome::Pass(detail),
