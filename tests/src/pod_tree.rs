@@ -142,12 +142,17 @@ impl Hierarchies {
                 mounts.push(mount);
             }
         }
-        mounts
-            .iter()
-            .map(|m| m.join(&self.root_name))
-            .filter(|p| p.exists())
-            .collect()
+        existing_in(&mounts, &self.root_name)
     }
+}
+
+/// `top` in each of `mounts`, where it exists.
+fn existing_in(mounts: &[PathBuf], top: &str) -> Vec<PathBuf> {
+    mounts
+        .iter()
+        .map(|m| m.join(top))
+        .filter(|p| p.exists())
+        .collect()
 }
 
 impl Drop for Hierarchies {
@@ -161,12 +166,7 @@ impl Drop for Hierarchies {
 /// root is) from every hierarchy mounted: what systemd leaves when it stops a slice (on the
 /// hybrid layout, the cpuset directories qosd made below it).
 pub(crate) fn remove_top_cgroup(top: &str) {
-    let roots: Vec<PathBuf> = every_cgroup_mount()
-        .iter()
-        .map(|m| m.join(top))
-        .filter(|p| p.exists())
-        .collect();
-    remove_trees(&roots);
+    remove_trees(&existing_in(&every_cgroup_mount(), top));
 }
 
 /// Kills the processes of every cgroup below each of `roots` and removes them, deepest first.

@@ -63,7 +63,6 @@ fn run(ctx: &Context) -> Result<String, String> {
     // development machine's session lacks SYS_RESOURCE): it is left out of every run, named.
     let (listed, unavailable) = listed_here()?;
     let privileged = privileged_paths(ctx, &listed)?;
-    let non_root = as_another_user(ctx, &listed)?;
     let all = probe_modes(ctx, None)?.1;
     let (effective, with_list, log) = probe_modes(ctx, Some(&listed))?;
     let want: u64 = listed.iter().map(|cap| 1u64 << cap).sum();
@@ -79,6 +78,7 @@ fn run(ctx: &Context) -> Result<String, String> {
             show(&all)
         ));
     }
+    let non_root = as_another_user(ctx, &listed, &with_list)?;
     let lost_without = |removed: &[u32]| -> Result<Vec<String>, String> {
         let without: Vec<u32> = listed
             .iter()
@@ -226,12 +226,12 @@ fn privileged_paths(ctx: &Context, listed: &[u32]) -> Result<String, String> {
     ))
 }
 
-/// qosd as uid 65534 instead of root, with the list as its ambient capabilities, against the
-/// probes of root with the list: what a non-root DaemonSet would lose, and whether adding
-/// `DAC_READ_SEARCH` gives it back (the DaemonSet runs as uid 0 with no DAC capability).
-fn as_another_user(ctx: &Context, listed: &[u32]) -> Result<String, String> {
+/// qosd as uid 65534 instead of root, with the list as its ambient capabilities, against
+/// `as_root`, the probes of root with the list: what a non-root DaemonSet would lose, and
+/// whether adding `DAC_READ_SEARCH` gives it back (the DaemonSet runs as uid 0 with no DAC
+/// capability).
+fn as_another_user(ctx: &Context, listed: &[u32], as_root: &Modes) -> Result<String, String> {
     let want: u64 = listed.iter().map(|cap| 1u64 << cap).sum();
-    let (_, as_root, _) = probe_modes(ctx, Some(listed))?;
     // qosd may lie in a directory uid 65534 cannot enter (the CI's cache under /root): it runs
     // from a link in a directory anyone can enter.
     let (qosd, _link) = reachable_by_anyone(&ctx.qosd)?;
@@ -266,11 +266,11 @@ fn as_another_user(ctx: &Context, listed: &[u32]) -> Result<String, String> {
         ..Launch::default()
     };
     let (_, with_dac_modes, log) = probe_modes_launched(ctx, &launch)?;
-    if with_dac_modes != as_root {
+    if &with_dac_modes != as_root {
         return Err(format!(
             "as uid 65534 with the list and DAC_READ_SEARCH the probes are {}, not root's {}\n{log}",
             show(&with_dac_modes),
-            show(&as_root)
+            show(as_root)
         ));
     }
     Ok(if lost.is_empty() {

@@ -131,32 +131,43 @@ impl Scenario {
     /// The first decision of `policy` in `/inspect`'s report, as one line (published within a
     /// second of the decision; emulated guests are slower).
     pub(super) fn decision_line(&self, policy: &str) -> Result<String, String> {
-        wait_for(
+        self.decision_where(
             &format!("a {policy} line in /inspect"),
             Duration::from_secs(15),
-            || {
-                let text = http_get(self.agent.addr, "/inspect")?;
-                let report: serde_json::Value =
-                    serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
-                report["data"]["decisions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|d| d["policy"] == policy)
-                    .map(|d| {
-                        format!(
-                            "{} {} {} {}: {} ({})",
-                            d["time"].as_str().unwrap_or_default(),
-                            d["policy"].as_str().unwrap_or_default(),
-                            d["action"].as_str().unwrap_or_default(),
-                            d["target"].as_str().unwrap_or_default(),
-                            d["change"].as_str().unwrap_or_default(),
-                            d["reason"].as_str().unwrap_or_default()
-                        )
-                    })
-                    .ok_or_else(|| text.clone())
-            },
+            |d| d["policy"] == policy,
         )
+    }
+
+    /// The first decision in `/inspect`'s report that `matches`, as one line, waited for up to
+    /// `within`.
+    pub(super) fn decision_where(
+        &self,
+        what: &str,
+        within: Duration,
+        matches: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<String, String> {
+        wait_for(what, within, || {
+            let text = http_get(self.agent.addr, "/inspect")?;
+            let report: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+            report["data"]["decisions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|d| matches(d))
+                .map(|d| {
+                    format!(
+                        "{} {} {} {}: {} ({})",
+                        d["time"].as_str().unwrap_or_default(),
+                        d["policy"].as_str().unwrap_or_default(),
+                        d["action"].as_str().unwrap_or_default(),
+                        d["target"].as_str().unwrap_or_default(),
+                        d["change"].as_str().unwrap_or_default(),
+                        d["reason"].as_str().unwrap_or_default()
+                    )
+                })
+                .ok_or_else(|| text.clone())
+        })
         .map_err(|e| self.with_log(e))
     }
 

@@ -186,40 +186,18 @@ fn run(ctx: &Context, nodes: &BTreeMap<u32, Vec<usize>>) -> Result<String, Strin
         ));
     }
     // The feedback reports the far pod (not merely some pod), and writes nothing for it.
-    let reported = crate::pod_tree::wait_for(
+    let reported = s.decision_where(
         "numa_align's report of the far pod in /inspect",
         Duration::from_secs(30),
-        || {
-            let text = http_get(s.agent.addr, "/inspect")?;
-            let report: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| e.to_string())?;
-            report["data"]["decisions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|d| {
-                    d["policy"] == "numa_align"
-                        && d["action"] == "report"
-                        && d["target"]
-                            .as_str()
-                            .is_some_and(|t| t.starts_with("systest/far/"))
-                })
-                .map(|d| {
-                    format!(
-                        "{} numa_align report {}: {}",
-                        d["time"].as_str().unwrap_or_default(),
-                        d["target"].as_str().unwrap_or_default(),
-                        d["reason"].as_str().unwrap_or_default()
-                    )
-                })
-                .ok_or_else(|| "no report of the far pod yet".to_owned())
+        |d| {
+            d["policy"] == "numa_align"
+                && d["action"] == "report"
+                && d["target"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("systest/far/"))
         },
-    )
-    .map_err(|e| s.with_log(e));
-    let decision = match &reported {
-        Ok(line) => line.clone(),
-        Err(_) => String::new(),
-    };
+    );
+    let decision = reported.clone().unwrap_or_default();
     match reported {
         Ok(_) => {
             // Nothing written: no single node in its cpuset.mems (a file that is not there
